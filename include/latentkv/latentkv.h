@@ -1,0 +1,135 @@
+// latentkv public C++ API: the low-rank KV projection of Multi-head Latent Attention.
+//
+//   latent = hidden @ w_down                       hidden (B, S, D), w_down (D, R)
+//   k, v   = latent @ w_up_k, latent @ w_up_v      w_up_k, w_up_v (R, N = H*Dh)
+//   out    = stack([k.view(B,S,H,Dh), v.view(B,S,H,Dh)])   -> (2, B, S, H, Dh)
+//
+// Framework-free: raw pointers, element strides and a CUDA stream. The contract follows CUTLASS's
+// can_implement/run split: check() says whether a problem can run on a backend and, if not, which
+// argument is wrong and why; run() calls check() and then launches. A refused call writes nothing.
+// No function here throws, exits or aborts; every failure comes back as a Status.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+struct CUstream_st;  // cudaStream_t without including the CUDA headers
+
+namespace latentkv {
+
+using Stream = CUstream_st*;  // == cudaStream_t; nullptr is the legacy default stream
+
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,     // a dimension, pointer or stride is wrong
+  kUnsupported,         // valid, but this backend cannot run it (dtype, size limits)
+  kBackendUnavailable,  // the backend is not compiled in or has no device
+  kCudaError,           // a CUDA call or launch failed
+};
+
+class Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return {}; }
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+const char* to_string(StatusCode code);
+
+enum class DType { kFloat32, kBFloat16, kFloat16 };
+const char* to_string(DType dtype);
+int64_t element_size(DType dtype);
+
+enum class Backend { kAuto, kCpu, kCuda };
+const char* to_string(Backend backend);
+
+// The shape of one call. T = batch * seq tokens, N = heads * head_dim output columns per half.
+struct Problem {
+  int64_t batch = 0;      // B
+  int64_t seq = 0;        // S
+  int64_t model_dim = 0;  // D
+  int64_t rank = 0;       // R, the latent width
+  int64_t heads = 0;      // H
+  int64_t head_dim = 0;   // Dh
+  DType dtype = DType::kFloat32;
+
+  int64_t tokens() const { return batch * seq; }
+  int64_t kv_width() const { return heads * head_dim; }
+  // 2*T*D*R + 4*T*R*N
+  double flops() const;
+  // Each input read once, each output written once (the latent output not included).
+  double min_bytes() const;
+  std::string to_string() const;
+};
+
+// Pointers and element strides. The innermost dimension of every tensor is contiguous (stride 1);
+// outer strides may be padded but never make rows overlap (stride >= extent * inner stride).
+struct Args {
+  const void* hidden = nullptr;  // [B, S, D]
+  int64_t hidden_stride_batch = 0;
+  int64_t hidden_stride_seq = 0;
+
+  const void* w_down = nullptr;  // [D, R]
+  int64_t w_down_stride_row = 0;
+
+  const void* w_up_k = nullptr;  // [R, H*Dh]
+  int64_t w_up_k_stride_row = 0;
+
+  const void* w_up_v = nullptr;  // [R, H*Dh]
+  int64_t w_up_v_stride_row = 0;
+
+  void* out = nullptr;  // [2, B, S, H, Dh]; out[0] = K, out[1] = V
+  int64_t out_stride_kv = 0;
+  int64_t out_stride_batch = 0;
+  int64_t out_stride_seq = 0;
+  int64_t out_stride_head = 0;
+
+  void* latent = nullptr;  // [B, S, R], optional: written when not null (what the MLA cache stores)
+  int64_t latent_stride_batch = 0;
+  int64_t latent_stride_seq = 0;
+};
+
+// Args for densely packed tensors; latent may be null.
+Args contiguous_args(const Problem& problem, const void* hidden, const void* w_down,
+                     const void* w_up_k, const void* w_up_v, void* out, void* latent = nullptr);
+
+// How the work is done. kAuto lets the dispatcher choose; the others force one strategy (for
+// benchmarks and tests), and check() refuses a forced strategy that cannot take the problem.
+enum class Strategy {
+  kAuto,
+  kCpuBlocked,  // CPU: blocked, vectorized, threaded over token tiles
+  kCudaFused,   // CUDA: one launch, latent kept in shared memory
+};
+const char* to_string(Strategy strategy);
+
+struct Options {
+  Backend backend = Backend::kAuto;
+  Strategy strategy = Strategy::kAuto;
+  Stream stream = nullptr;  // CUDA only: the stream run() enqueues on
+};
+
+// True when the backend is compiled in and (for CUDA) a device is present.
+bool backend_available(Backend backend);
+// kAuto resolves to kCuda when available, else kCpu.
+Backend resolve_backend(Backend backend);
+
+// Validates everything run() needs; writes and launches nothing.
+Status check(const Problem& problem, const Args& args, const Options& options = {});
+
+// The strategy run() would use, or the refusal check() would give.
+Status select_strategy(const Problem& problem, const Args& args, const Options& options,
+                       Strategy* strategy);
+
+// check(), then compute. On CUDA the call is asynchronous on options.stream, allocates nothing,
+// never synchronizes and may be captured in a CUDA graph. Pointers must live on the backend's side
+// (host memory for kCpu, device memory for kCuda).
+Status run(const Problem& problem, const Args& args, const Options& options = {});
+
+}  // namespace latentkv

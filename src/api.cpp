@@ -1,0 +1,333 @@
+// The public entry points: argument validation (check), strategy choice (select_strategy) and
+// dispatch (run). All validation lives here so every backend sees only well-formed calls, and a
+// refused call never reaches a backend, so nothing is written.
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "backends.h"
+#include "latentkv/latentkv.h"
+
+namespace latentkv {
+
+const char* to_string(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid argument";
+    case StatusCode::kUnsupported: return "unsupported";
+    case StatusCode::kBackendUnavailable: return "backend unavailable";
+    case StatusCode::kCudaError: return "CUDA error";
+  }
+  return "unknown status";
+}
+
+const char* to_string(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float32";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat16: return "float16";
+  }
+  return "unknown dtype";
+}
+
+int64_t element_size(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+
+const char* to_string(Backend backend) {
+  switch (backend) {
+    case Backend::kAuto: return "auto";
+    case Backend::kCpu: return "cpu";
+    case Backend::kCuda: return "cuda";
+  }
+  return "unknown backend";
+}
+
+const char* to_string(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kAuto: return "auto";
+    case Strategy::kCpuBlocked: return "cpu-blocked";
+    case Strategy::kCudaFused: return "cuda-fused";
+  }
+  return "unknown strategy";
+}
+
+double Problem::flops() const {
+  const double t = static_cast<double>(tokens());
+  return 2.0 * t * model_dim * rank + 4.0 * t * rank * kv_width();
+}
+
+double Problem::min_bytes() const {
+  const double t = static_cast<double>(tokens());
+  const double n = static_cast<double>(kv_width());
+  return element_size(dtype) *
+         (t * model_dim + static_cast<double>(model_dim) * rank + 2.0 * rank * n + 2.0 * t * n);
+}
+
+std::string Problem::to_string() const {
+  std::ostringstream s;
+  s << "B=" << batch << " S=" << seq << " D=" << model_dim << " R=" << rank << " H=" << heads
+    << " Dh=" << head_dim << " " << latentkv::to_string(dtype);
+  return s.str();
+}
+
+Args contiguous_args(const Problem& p, const void* hidden, const void* w_down, const void* w_up_k,
+                     const void* w_up_v, void* out, void* latent) {
+  Args a;
+  a.hidden = hidden;
+  a.hidden_stride_seq = p.model_dim;
+  a.hidden_stride_batch = p.seq * p.model_dim;
+  a.w_down = w_down;
+  a.w_down_stride_row = p.rank;
+  a.w_up_k = w_up_k;
+  a.w_up_k_stride_row = p.kv_width();
+  a.w_up_v = w_up_v;
+  a.w_up_v_stride_row = p.kv_width();
+  a.out = out;
+  a.out_stride_head = p.head_dim;
+  a.out_stride_seq = p.heads * p.head_dim;
+  a.out_stride_batch = p.seq * p.heads * p.head_dim;
+  a.out_stride_kv = p.batch * p.seq * p.heads * p.head_dim;
+  a.latent = latent;
+  a.latent_stride_seq = p.rank;
+  a.latent_stride_batch = p.seq * p.rank;
+  return a;
+}
+
+bool backend_available(Backend backend) {
+  switch (backend) {
+    case Backend::kCpu: return true;
+    case Backend::kCuda: return detail::cuda_device_present();
+    case Backend::kAuto: return true;
+  }
+  return false;
+}
+
+Backend resolve_backend(Backend backend) {
+  if (backend != Backend::kAuto) return backend;
+  return detail::cuda_device_present() ? Backend::kCuda : Backend::kCpu;
+}
+
+namespace {
+
+Status invalid(const std::string& what) { return {StatusCode::kInvalidArgument, what}; }
+
+// One tensor dimension as validation sees it: extent and element stride.
+struct Dim {
+  int64_t extent;
+  int64_t stride;
+  const char* stride_name;  // the Args field, for messages; null for the contiguous inner dim
+};
+
+// [first, last] element offsets a tensor touches, relative to its base pointer.
+struct Span {
+  int64_t last = 0;  // largest element offset
+};
+
+// Checks that a row-major (outermost first) layout with padded strides has non-negative strides,
+// that each stride holds the dimension inside it (no overlapping rows) and that the largest
+// element offset, in bytes, fits in int64. Dims of extent 1 may carry any non-negative stride.
+Status check_layout(const char* tensor, const Dim* dims, int rank, int64_t elem_bytes,
+                    Span* span) {
+  int64_t inner_extent = 1;  // elements covered by the dims inside the current one
+  int64_t last = 0;
+  for (int i = rank - 1; i >= 0; --i) {
+    const Dim& d = dims[i];
+    if (d.stride_name != nullptr) {
+      if (d.stride < 0) {
+        return invalid(std::string(d.stride_name) + " = " + std::to_string(d.stride) +
+                       " is negative");
+      }
+      if (d.extent > 1 && d.stride < inner_extent) {
+        return invalid(std::string(d.stride_name) + " = " + std::to_string(d.stride) + " for " +
+                       tensor + " is smaller than the " + std::to_string(inner_extent) +
+                       " elements of the dimensions inside it, so rows would overlap");
+      }
+    }
+    int64_t reach = 0;
+    if (__builtin_mul_overflow(d.extent - 1, d.stride, &reach) ||
+        __builtin_add_overflow(last, reach, &last)) {
+      return invalid(std::string(tensor) + " spans more than 2^63 elements with " +
+                     (d.stride_name ? d.stride_name : "its inner dimension") + " = " +
+                     std::to_string(d.stride));
+    }
+    inner_extent = last + 1;
+  }
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(last + 1, elem_bytes, &bytes)) {
+    return invalid(std::string(tensor) + " spans more than 2^63 bytes");
+  }
+  span->last = last;
+  return Status::Ok();
+}
+
+struct Range {
+  const char* name;
+  uintptr_t begin, end;  // bytes [begin, end)
+};
+
+Range byte_range(const char* name, const void* base, const Span& span, int64_t elem_bytes) {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(base);
+  return {name, b, b + static_cast<uintptr_t>((span.last + 1) * elem_bytes)};
+}
+
+bool overlaps(const Range& a, const Range& b) { return a.begin < b.end && b.begin < a.end; }
+
+Status check_positive(const char* name, int64_t value) {
+  if (value <= 0) {
+    return invalid(std::string("problem.") + name + " = " + std::to_string(value) +
+                   " must be positive");
+  }
+  return Status::Ok();
+}
+
+#define LATENTKV_RETURN_IF_ERROR(expr)   \
+  do {                                   \
+    Status status_ = (expr);             \
+    if (!status_.ok()) return status_;   \
+  } while (0)
+
+Status check_problem(const Problem& p) {
+  LATENTKV_RETURN_IF_ERROR(check_positive("batch", p.batch));
+  LATENTKV_RETURN_IF_ERROR(check_positive("seq", p.seq));
+  LATENTKV_RETURN_IF_ERROR(check_positive("model_dim", p.model_dim));
+  LATENTKV_RETURN_IF_ERROR(check_positive("rank", p.rank));
+  LATENTKV_RETURN_IF_ERROR(check_positive("heads", p.heads));
+  LATENTKV_RETURN_IF_ERROR(check_positive("head_dim", p.head_dim));
+  int64_t product = 0;
+  if (__builtin_mul_overflow(p.batch, p.seq, &product)) {
+    return invalid("problem.batch * problem.seq = " + std::to_string(p.batch) + " * " +
+                   std::to_string(p.seq) + " overflows int64");
+  }
+  if (__builtin_mul_overflow(p.heads, p.head_dim, &product)) {
+    return invalid("problem.heads * problem.head_dim = " + std::to_string(p.heads) + " * " +
+                   std::to_string(p.head_dim) + " overflows int64");
+  }
+  if (p.dtype != DType::kFloat32 && p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) {
+    return invalid("problem.dtype = " + std::to_string(static_cast<int>(p.dtype)) +
+                   " is not a DType");
+  }
+  return Status::Ok();
+}
+
+Status check_args(const Problem& p, const Args& a) {
+  struct Pointer {
+    const void* ptr;
+    const char* name;
+  };
+  for (const Pointer& q : {Pointer{a.hidden, "args.hidden"}, Pointer{a.w_down, "args.w_down"},
+                           Pointer{a.w_up_k, "args.w_up_k"}, Pointer{a.w_up_v, "args.w_up_v"},
+                           Pointer{a.out, "args.out"}}) {
+    if (q.ptr == nullptr) return invalid(std::string(q.name) + " is null");
+  }
+  const int64_t n = p.kv_width();
+  const int64_t eb = element_size(p.dtype);
+  Span hidden, w_down, w_up_k, w_up_v, out, latent;
+  const Dim hidden_dims[] = {{p.batch, a.hidden_stride_batch, "args.hidden_stride_batch"},
+                             {p.seq, a.hidden_stride_seq, "args.hidden_stride_seq"},
+                             {p.model_dim, 1, nullptr}};
+  LATENTKV_RETURN_IF_ERROR(check_layout("hidden", hidden_dims, 3, eb, &hidden));
+  const Dim w_down_dims[] = {{p.model_dim, a.w_down_stride_row, "args.w_down_stride_row"},
+                             {p.rank, 1, nullptr}};
+  LATENTKV_RETURN_IF_ERROR(check_layout("w_down", w_down_dims, 2, eb, &w_down));
+  const Dim w_up_k_dims[] = {{p.rank, a.w_up_k_stride_row, "args.w_up_k_stride_row"},
+                             {n, 1, nullptr}};
+  LATENTKV_RETURN_IF_ERROR(check_layout("w_up_k", w_up_k_dims, 2, eb, &w_up_k));
+  const Dim w_up_v_dims[] = {{p.rank, a.w_up_v_stride_row, "args.w_up_v_stride_row"},
+                             {n, 1, nullptr}};
+  LATENTKV_RETURN_IF_ERROR(check_layout("w_up_v", w_up_v_dims, 2, eb, &w_up_v));
+  const Dim out_dims[] = {{2, a.out_stride_kv, "args.out_stride_kv"},
+                          {p.batch, a.out_stride_batch, "args.out_stride_batch"},
+                          {p.seq, a.out_stride_seq, "args.out_stride_seq"},
+                          {p.heads, a.out_stride_head, "args.out_stride_head"},
+                          {p.head_dim, 1, nullptr}};
+  LATENTKV_RETURN_IF_ERROR(check_layout("out", out_dims, 5, eb, &out));
+
+  Range outputs[2] = {byte_range("out", a.out, out, eb), {}};
+  int num_outputs = 1;
+  if (a.latent != nullptr) {
+    const Dim latent_dims[] = {{p.batch, a.latent_stride_batch, "args.latent_stride_batch"},
+                               {p.seq, a.latent_stride_seq, "args.latent_stride_seq"},
+                               {p.rank, 1, nullptr}};
+    LATENTKV_RETURN_IF_ERROR(check_layout("latent", latent_dims, 3, eb, &latent));
+    outputs[num_outputs++] = byte_range("latent", a.latent, latent, eb);
+    if (overlaps(outputs[0], outputs[1])) {
+      return invalid("args.latent overlaps args.out in memory");
+    }
+  }
+  const Range inputs[] = {byte_range("hidden", a.hidden, hidden, eb),
+                          byte_range("w_down", a.w_down, w_down, eb),
+                          byte_range("w_up_k", a.w_up_k, w_up_k, eb),
+                          byte_range("w_up_v", a.w_up_v, w_up_v, eb)};
+  for (int o = 0; o < num_outputs; ++o) {
+    for (const Range& in : inputs) {
+      if (overlaps(outputs[o], in)) {
+        return invalid(std::string("args.") + outputs[o].name + " overlaps args." + in.name +
+                       " in memory; outputs must not alias inputs");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status choose(const Problem& p, const Options& o, Strategy* chosen) {
+  const Backend backend = resolve_backend(o.backend);
+  if (backend == Backend::kCpu) {
+    if (o.strategy != Strategy::kAuto && o.strategy != Strategy::kCpuBlocked) {
+      return {StatusCode::kInvalidArgument, std::string("options.strategy = ") +
+                                                to_string(o.strategy) +
+                                                " does not run on options.backend = cpu"};
+    }
+    if (p.dtype != DType::kFloat32) {
+      return {StatusCode::kUnsupported, std::string("problem.dtype = ") + to_string(p.dtype) +
+                                            " is not supported by the cpu backend (float32 only)"};
+    }
+    *chosen = Strategy::kCpuBlocked;
+    return Status::Ok();
+  }
+  if (!detail::cuda_device_present()) {
+    return {StatusCode::kBackendUnavailable,
+            "options.backend = cuda, but no CUDA device is present (or CUDA support is not "
+            "compiled in)"};
+  }
+  if (o.strategy != Strategy::kAuto && o.strategy != Strategy::kCudaFused) {
+    return {StatusCode::kInvalidArgument, std::string("options.strategy = ") +
+                                              to_string(o.strategy) +
+                                              " does not run on options.backend = cuda"};
+  }
+  LATENTKV_RETURN_IF_ERROR(detail::cuda_fused_supports(p));
+  *chosen = Strategy::kCudaFused;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status select_strategy(const Problem& problem, const Args& args, const Options& options,
+                       Strategy* strategy) {
+  LATENTKV_RETURN_IF_ERROR(check_problem(problem));
+  LATENTKV_RETURN_IF_ERROR(check_args(problem, args));
+  if (options.backend != Backend::kAuto && options.backend != Backend::kCpu &&
+      options.backend != Backend::kCuda) {
+    return invalid("options.backend = " + std::to_string(static_cast<int>(options.backend)) +
+                   " is not a Backend");
+  }
+  Strategy chosen = Strategy::kAuto;
+  LATENTKV_RETURN_IF_ERROR(choose(problem, options, &chosen));
+  if (strategy != nullptr) *strategy = chosen;
+  return Status::Ok();
+}
+
+Status check(const Problem& problem, const Args& args, const Options& options) {
+  return select_strategy(problem, args, options, nullptr);
+}
+
+Status run(const Problem& problem, const Args& args, const Options& options) {
+  Strategy strategy = Strategy::kAuto;
+  LATENTKV_RETURN_IF_ERROR(select_strategy(problem, args, options, &strategy));
+  switch (strategy) {
+    case Strategy::kCpuBlocked: return detail::run_cpu_blocked(problem, args);
+    case Strategy::kCudaFused: return detail::run_cuda_fused(problem, args, options.stream);
+    case Strategy::kAuto: break;
+  }
+  return {StatusCode::kUnsupported, "no strategy takes " + problem.to_string()};
+}
+
+}  // namespace latentkv

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Quick start 2 (and CI): set up, build everything (CUDA objects included, no GPU needed), run the
+# C++ tests through CTest (GPU tests report skipped without a GPU) and the Python tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+[ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$(nproc)"
+ctest --preset release --no-tests=error
+.venv/bin/python -m pip install -q .
+.venv/bin/python -m pytest -q python/tests

@@ -1,20 +1,18 @@
-// The fused float32 strategy (Strategy::kCudaFused): one launch computes the latent, K and V for a
-// tile of tokens per block, keeps the latent in shared memory and writes the stacked
-// [2, B, S, H, Dh] output (and the latent, when asked) directly.
+// The fused float32 strategy (Strategy::kCudaFused): one launch computes the latent, K and V for
+// tiles of tokens, keeps the latent in shared memory and writes the stacked [2, B, S, H, Dh] output
+// (and the latent, when asked) directly. FFMA with float32 accumulation: the error against float64
+// stays near 1e-7 (no TF32).
 //
-// Why this shape of kernel: at the founding size (T=384, D=256, R=48, N=128) the work is ~19 MFLOP
-// and ~0.9 MB, so time is launch latency plus memory round trips, not arithmetic. The kernel
-// therefore spreads tokens over many blocks (kTokens = 4 gives ~100 blocks), reads the weights
-// straight from L2 with every load of a thread issued before its first use (split-K over threads,
-// so each thread has only a handful of loads), and reduces the split-K partials in shared memory.
-// For many tokens (T=6144) a larger token tile (kTokens = 16) reuses each weight load over more
-// rows, so the kernel moves towards FFMA throughput. Exact FFMA accumulation in float32, so the
-// error against float64 stays near 1e-7 (no TF32).
-//
-// Layout of one block (256 threads):
-//   down projection: thread = (group of 4 latent columns, slice of D); 16 x 16
-//   up projection:   thread = (group of 4 output columns, slice of R); 64 x 4
-// Partials of the slices meet in shared memory; the sum goes to the latent tile / the output.
+// Two tile configurations, one kernel template:
+// - kStreamConfig (few tokens, or weights too large for shared memory): 8 tokens per block, one
+//   block per tile, weights read straight from L2. At the founding size (T=384, D=256, R=48,
+//   N=128: 19 MFLOP, 0.9 MB) the time is launch latency plus memory round trips, so every thread
+//   has only a few weight loads (split-K over 512 threads) and issues them all before using any.
+// - kResidentConfig (many tokens, weights fit in shared memory): persistent blocks stage the
+//   weights in shared memory once and loop over 16-token tiles, so the weights cross L2 once per SM
+//   instead of once per tile, and each weight read from shared memory feeds 4-8 tokens.
+// In both, the split-K partials meet in shared memory and their sum goes to the latent tile (down
+// projection) or the output (up projection).
 #include <cuda_runtime.h>
 
 #include <array>
@@ -28,15 +26,48 @@
 namespace latentkv::detail {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kDownColGroups = 16;                             // x4 columns = 64 latent columns/pass
-constexpr int kDownSlices = kThreads / kDownColGroups;         // 16 slices of D
-constexpr int kDownCols = 4 * kDownColGroups;                  // 64
-constexpr int kUpColGroups = 64;                               // x4 columns = 256 outputs/pass
-constexpr int kUpSlices = kThreads / kUpColGroups;             // 4 slices of R
-constexpr int kUpCols = 4 * kUpColGroups;                      // 256
-static_assert(kDownColGroups * kDownSlices == kThreads, "down layout must use every thread");
-static_assert(kUpColGroups * kUpSlices == kThreads, "up layout must use every thread");
+// Compile-time tile plan. Threads are numbered (column group fastest, then token group, then
+// slice of the reduction dimension); each thread accumulates kTokens / k*TokenGroups tokens times
+// 4 consecutive columns.
+template <int kTokens_, int kThreads_, int kDownTokenGroups_, int kUpTokenGroups_,
+          int kUpColGroups_, bool kWeightsInSmem_>
+struct TileConfig {
+  static constexpr int kThreads = kThreads_;
+  static constexpr int kTokens = kTokens_;
+  static constexpr bool kWeightsInSmem = kWeightsInSmem_;
+  // Down projection: 16 groups x 4 = 64 latent columns per pass.
+  static constexpr int kDownColGroups = 16;
+  static constexpr int kDownCols = 4 * kDownColGroups;
+  static constexpr int kDownTokenGroups = kDownTokenGroups_;
+  static constexpr int kDownTokensPerThread = kTokens / kDownTokenGroups;
+  static constexpr int kDownSlices = kThreads / (kDownColGroups * kDownTokenGroups);
+  // Up projection: kUpColGroups x 4 of the 2N [K | V] columns per pass.
+  static constexpr int kUpColGroups = kUpColGroups_;
+  static constexpr int kUpCols = 4 * kUpColGroups;
+  static constexpr int kUpTokenGroups = kUpTokenGroups_;
+  static constexpr int kUpTokensPerThread = kTokens / kUpTokenGroups;
+  static constexpr int kUpSlices = kThreads / (kUpColGroups * kUpTokenGroups);
+  // Partial sums, [slice][token][column], sized for the larger of the two projections.
+  static constexpr int kReduceFloats =
+      (kDownSlices * kDownCols > kUpSlices * kUpCols ? kDownSlices * kDownCols
+                                                     : kUpSlices * kUpCols) * kTokens;
+
+  static_assert(kTokens % kDownTokenGroups == 0 && kTokens % kUpTokenGroups == 0,
+                "token groups must split the tile evenly");
+  static_assert(kDownTokensPerThread % 4 == 0 && kUpTokensPerThread % 4 == 0,
+                "tiles are read from shared memory 4 tokens at a time");
+  static_assert(kDownSlices * kDownColGroups * kDownTokenGroups == kThreads &&
+                    kUpSlices * kUpColGroups * kUpTokenGroups == kThreads,
+                "each projection must use every thread");
+};
+
+// 4 tokens, 256 threads: ~100 token tiles at the founding size, and the up projection's 128-column
+// passes can be spread over gridDim.y blocks; 16 slices of D and 8 of R give each thread <= 16
+// weight loads there, all in flight together.
+using kStreamConfig = TileConfig<4, 256, 1, 1, 32, false>;
+// 16 tokens, 512 threads: each weight value read from shared memory feeds 4 (down) or 8 (up)
+// tokens, enough to keep the FMA pipes ahead of the shared-memory port.
+using kResidentConfig = TileConfig<16, 512, 4, 2, 64, true>;
 
 // Everything the kernel needs, shapes in comments, strides in elements.
 struct FusedParams {
@@ -52,36 +83,36 @@ struct FusedParams {
   float* latent;  // [B, S, R] or null
   int64_t latent_stride_batch, latent_stride_seq;
   int tokens, seq, model_dim, rank, head_dim, kv_width;  // T, S, D, R, Dh, N
+  int num_tiles;                                          // ceil(T / kTokens)
   // Uniform per launch: which fast paths the pointers and strides allow.
-  bool hidden_vec4;     // hidden rows 16-byte aligned, D % 4 == 0
-  bool w_down_vec4;     // w_down rows 16-byte aligned, R % 4 == 0
-  bool w_up_vec4;       // w_up_k/v rows 16-byte aligned, N % 4 == 0 (a group never straddles K|V)
-  bool heads_packed;    // out_stride_head == Dh: a token's N outputs are contiguous
+  bool hidden_vec4;   // hidden rows 16-byte aligned, D % 4 == 0
+  bool w_down_vec4;   // w_down rows 16-byte aligned, R % 4 == 0
+  bool w_up_vec4;     // w_up_k/v rows 16-byte aligned, N % 4 == 0 (a group never straddles K|V)
+  bool heads_packed;  // out_stride_head == Dh: a token's N outputs are contiguous
 };
 
-// Shared memory of one block, carved from the dynamic allocation. Tiles are stored transposed
-// ([k][token]) so one 16-byte load gives a k-value for 4 tokens.
-template <int kTokens>
+__host__ __device__ constexpr int round_up4(int x) { return (x + 3) / 4 * 4; }
+
+// Shared memory of one block, carved from the dynamic allocation, in floats. Token tiles are
+// stored transposed ([k][token]) so one 16-byte load gives a k-value for 4 tokens; resident
+// weights keep rows padded to a multiple of 4 columns (zero-filled) so every read is 16 bytes.
+template <typename Config>
 struct SharedPlan {
-  __host__ __device__ static size_t hidden_floats(int d) { return static_cast<size_t>(d) * kTokens; }  // [D][kTokens]
-  __host__ __device__ static size_t latent_floats(int r) { return static_cast<size_t>(r) * kTokens; }  // [R][kTokens]
-  static constexpr size_t kReduceFloats =  // partials, [slices][kTokens][cols], the larger phase
-      (kDownSlices * kDownCols > kUpSlices * kUpCols ? kDownSlices * kDownCols
-                                                     : kUpSlices * kUpCols) * kTokens;
-  static size_t bytes(int d, int r) {
-    return sizeof(float) * (hidden_floats(d) + latent_floats(r) + kReduceFloats);
+  int hidden, latent, reduce, w_down, w_up;  // offsets
+  int total;
+  __host__ __device__ SharedPlan(int d, int r, int n) {
+    hidden = 0;                                        // [D][kTokens]
+    latent = hidden + d * Config::kTokens;             // [R][kTokens]
+    reduce = latent + r * Config::kTokens;             // [slices][kTokens][cols]
+    w_down = reduce + Config::kReduceFloats;           // [D][round_up4(R)], resident only
+    w_up = w_down + (Config::kWeightsInSmem ? d * round_up4(r) : 0);  // [R][round_up4(2N)]
+    total = w_up + (Config::kWeightsInSmem ? r * round_up4(2 * n) : 0);
   }
+  size_t bytes() const { return sizeof(float) * static_cast<size_t>(total); }
 };
 
-// Four consecutive columns [col, col+4) of a row-major matrix row; columns >= limit read as 0.
-__device__ __forceinline__ float4 load_cols4(const float* row, int col, int limit, bool vec4) {
-  if (vec4 && col + 4 <= limit) return __ldg(reinterpret_cast<const float4*>(row + col));
-  float4 v;
-  v.x = col + 0 < limit ? __ldg(row + col + 0) : 0.f;
-  v.y = col + 1 < limit ? __ldg(row + col + 1) : 0.f;
-  v.z = col + 2 < limit ? __ldg(row + col + 2) : 0.f;
-  v.w = col + 3 < limit ? __ldg(row + col + 3) : 0.f;
-  return v;
+__device__ __forceinline__ int64_t hidden_row_offset(const FusedParams& p, int token) {
+  return (token / p.seq) * p.hidden_stride_batch + (token % p.seq) * p.hidden_stride_seq;
 }
 
 // Element j of the concatenated [w_up_k | w_up_v] row k (j < 2N).
@@ -90,146 +121,242 @@ __device__ __forceinline__ float load_up(const FusedParams& p, int k, int j) {
                         : __ldg(p.w_up_v + k * p.w_up_v_stride + (j - p.kv_width));
 }
 
-__device__ __forceinline__ float4 load_up4(const FusedParams& p, int k, int col) {
-  const int n2 = 2 * p.kv_width;
-  if (p.w_up_vec4 && col + 4 <= n2) {  // N % 4 == 0, so the group lies in one half
-    const float* src = col < p.kv_width ? p.w_up_k + k * p.w_up_k_stride + col
-                                        : p.w_up_v + k * p.w_up_v_stride + (col - p.kv_width);
-    return __ldg(reinterpret_cast<const float4*>(src));
-  }
+// Columns [col, col+4) of a matrix row, one at a time (the slow path for unaligned rows); columns
+// >= limit read as 0.
+template <typename Load>
+__device__ __forceinline__ float4 gather4(int col, int limit, Load load) {
   float4 v;
-  v.x = col + 0 < n2 ? load_up(p, k, col + 0) : 0.f;
-  v.y = col + 1 < n2 ? load_up(p, k, col + 1) : 0.f;
-  v.z = col + 2 < n2 ? load_up(p, k, col + 2) : 0.f;
-  v.w = col + 3 < n2 ? load_up(p, k, col + 3) : 0.f;
+  v.x = col + 0 < limit ? load(col + 0) : 0.f;
+  v.y = col + 1 < limit ? load(col + 1) : 0.f;
+  v.z = col + 2 < limit ? load(col + 2) : 0.f;
+  v.w = col + 3 < limit ? load(col + 3) : 0.f;
   return v;
 }
 
-// acc[t][0..3] += a[t] * w for the kTokens values a[t] = tile[k * kTokens + t].
-template <int kTokens>
-__device__ __forceinline__ void fma_tile(float (&acc)[kTokens][4], const float* tile_k,
-                                         const float4 w) {
-  static_assert(kTokens % 4 == 0, "token tile is read 4 tokens at a time");
+// acc += tile[k] (x) w(k) over this thread's slice k = slice, slice + kSlices, ... < K. The weight
+// loads and the tile reads of kBatch steps are all issued before the first is used, so a thread
+// waits for one memory round trip per batch rather than per step.
+template <int kRows, int kSlices, int kTileStride, typename LoadW>
+__device__ __forceinline__ void accumulate_slices(float (&acc)[kRows][4], const float* tile,
+                                                  int slice, int K, LoadW load_w) {
+  constexpr int kBatch = kRows >= 8 ? 4 : 8;  // registers: kBatch * (4 + kRows) beside acc
+  for (int k0 = slice; k0 < K; k0 += kSlices * kBatch) {
+    float4 w[kBatch];
+    float4 a[kBatch][kRows / 4];
 #pragma unroll
-  for (int t4 = 0; t4 < kTokens; t4 += 4) {
-    const float4 a = *reinterpret_cast<const float4*>(tile_k + t4);
-    const float av[4] = {a.x, a.y, a.z, a.w};
+    for (int b = 0; b < kBatch; ++b) {
+      const int k = k0 + b * kSlices;
+      const bool live = k < K;
+      w[b] = live ? load_w(k) : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      acc[t4 + i][0] = fmaf(av[i], w.x, acc[t4 + i][0]);
-      acc[t4 + i][1] = fmaf(av[i], w.y, acc[t4 + i][1]);
-      acc[t4 + i][2] = fmaf(av[i], w.z, acc[t4 + i][2]);
-      acc[t4 + i][3] = fmaf(av[i], w.w, acc[t4 + i][3]);
+      for (int i = 0; i < kRows / 4; ++i) {
+        a[b][i] = live ? *reinterpret_cast<const float4*>(tile + k * kTileStride + 4 * i)
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+      for (int i = 0; i < kRows / 4; ++i) {
+        const float av[4] = {a[b][i].x, a[b][i].y, a[b][i].z, a[b][i].w};
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          float* c = acc[4 * i + r];
+          c[0] = fmaf(av[r], w[b].x, c[0]);
+          c[1] = fmaf(av[r], w[b].y, c[1]);
+          c[2] = fmaf(av[r], w[b].z, c[2]);
+          c[3] = fmaf(av[r], w[b].w, c[3]);
+        }
+      }
     }
   }
 }
 
-template <int kTokens>
-__device__ __forceinline__ void store_partials(float* reduce, int slice, int cols, int col,
-                                               const float (&acc)[kTokens][4]) {
+template <int kRows>
+__device__ __forceinline__ void store_partials(float* reduce, int row, int col, int cols,
+                                               const float (&acc)[kRows][4]) {
 #pragma unroll
-  for (int t = 0; t < kTokens; ++t) {
-    *reinterpret_cast<float4*>(reduce + (slice * kTokens + t) * cols + col) =
+  for (int t = 0; t < kRows; ++t) {
+    *reinterpret_cast<float4*>(reduce + (row + t) * cols + col) =
         make_float4(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
   }
 }
 
-template <int kTokens>
-__global__ void __launch_bounds__(kThreads)
+// Copies a [rows][cols] weight matrix (or the [K | V] pair, when second != null) into shared
+// memory with rows padded to round_up4(total cols) and the padding zero-filled.
+__device__ void stage_weights(float* dst, int rows, int cols, const float* first,
+                              int64_t first_stride, const float* second, int64_t second_stride,
+                              bool vec4) {
+  const int total = second ? 2 * cols : cols, padded = round_up4(total);
+  const int quads = padded / 4;
+  for (int i = threadIdx.x; i < rows * quads; i += blockDim.x) {
+    const int k = i / quads, c = 4 * (i % quads);
+    float4 v;
+    if (vec4 && c + 4 <= total) {
+      const float* src = c < cols ? first + k * first_stride + c
+                                  : second + k * second_stride + (c - cols);
+      v = __ldg(reinterpret_cast<const float4*>(src));
+    } else {
+      v = gather4(c, total, [&](int j) {
+        return j < cols ? __ldg(first + k * first_stride + j)
+                        : __ldg(second + k * second_stride + (j - cols));
+      });
+    }
+    *reinterpret_cast<float4*>(dst + k * padded + c) = v;
+  }
+}
+
+template <typename Config>
+__global__ void __launch_bounds__(Config::kThreads, 1)
     fused_kv_proj_fp32_kernel(const __grid_constant__ FusedParams p) {
+  constexpr int kTokens = Config::kTokens;
   extern __shared__ float4 smem_raw[];
-  float* hidden_t = reinterpret_cast<float*>(smem_raw);                       // [D][kTokens]
-  float* latent_t = hidden_t + SharedPlan<kTokens>::hidden_floats(p.model_dim);  // [R][kTokens]
-  float* reduce = latent_t + SharedPlan<kTokens>::latent_floats(p.rank);         // partials
+  float* smem = reinterpret_cast<float*>(smem_raw);
+  const SharedPlan<Config> plan(p.model_dim, p.rank, p.kv_width);
+  float* hidden_t = smem + plan.hidden;  // [D][kTokens]
+  float* latent_t = smem + plan.latent;  // [R][kTokens]
+  float* reduce = smem + plan.reduce;    // [slices][kTokens][cols]
 
   const int tid = threadIdx.x;
-  const int token0 = blockIdx.x * kTokens;
-  const int D = p.model_dim, R = p.rank, N = p.kv_width;
+  const int D = p.model_dim, R = p.rank, N = p.kv_width, R4 = round_up4(R), N2p = round_up4(2 * N);
 
-  // Stage the hidden tile, transposed; tokens past T read as 0 and are never stored.
-  for (int t = 0; t < kTokens; ++t) {
-    const int token = token0 + t;
-    const bool live = token < p.tokens;
-    const float* row = p.hidden + (live ? (token / p.seq) * p.hidden_stride_batch +
-                                              (token % p.seq) * p.hidden_stride_seq
-                                        : 0);
+  if constexpr (Config::kWeightsInSmem) {
+    stage_weights(smem + plan.w_down, D, R, p.w_down, p.w_down_stride, nullptr, 0, p.w_down_vec4);
+    stage_weights(smem + plan.w_up, R, N, p.w_up_k, p.w_up_k_stride, p.w_up_v, p.w_up_v_stride,
+                  p.w_up_vec4);
+  }
+
+  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
+    const int token0 = tile * kTokens;
+
+    // Stage the hidden tile, transposed; tokens past T read as 0 and are never stored.
     if (p.hidden_vec4) {
-      for (int k = 4 * tid; k < D; k += 4 * kThreads) {
-        const float4 v = live ? __ldg(reinterpret_cast<const float4*>(row + k))
-                              : make_float4(0.f, 0.f, 0.f, 0.f);
+      const int quads = D / 4;
+      for (int i = tid; i < kTokens * quads; i += Config::kThreads) {
+        const int t = i / quads, k = 4 * (i % quads), token = token0 + t;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (token < p.tokens) {
+          v = __ldg(reinterpret_cast<const float4*>(p.hidden + hidden_row_offset(p, token) + k));
+        }
         hidden_t[(k + 0) * kTokens + t] = v.x;
         hidden_t[(k + 1) * kTokens + t] = v.y;
         hidden_t[(k + 2) * kTokens + t] = v.z;
         hidden_t[(k + 3) * kTokens + t] = v.w;
       }
     } else {
-      for (int k = tid; k < D; k += kThreads) hidden_t[k * kTokens + t] = live ? __ldg(row + k) : 0.f;
+      for (int i = tid; i < kTokens * D; i += Config::kThreads) {
+        const int t = i / D, k = i % D, token = token0 + t;
+        hidden_t[k * kTokens + t] =
+            token < p.tokens ? __ldg(p.hidden + hidden_row_offset(p, token) + k) : 0.f;
+      }
     }
-  }
-  __syncthreads();
+    __syncthreads();  // also orders the weight staging before first use
 
-  // Down projection: latent[t][r] = sum_d hidden[t][d] * w_down[d][r], 64 columns per pass.
-  {
-    const int group = tid % kDownColGroups, slice = tid / kDownColGroups;
-    for (int col0 = 0; col0 < R; col0 += kDownCols) {
-      const int col = col0 + 4 * group;
-      float acc[kTokens][4] = {};
-      if (col < R) {
-#pragma unroll 8
-        for (int k = slice; k < D; k += kDownSlices) {
-          const float4 w = load_cols4(p.w_down + static_cast<int64_t>(k) * p.w_down_stride, col, R,
-                                      p.w_down_vec4);
-          fma_tile<kTokens>(acc, hidden_t + k * kTokens, w);
+    // Down projection: latent[t][r] = sum_d hidden[t][d] * w_down[d][r].
+    {
+      constexpr int kRows = Config::kDownTokensPerThread;
+      const int group = tid % Config::kDownColGroups;
+      const int row = (tid / Config::kDownColGroups) % Config::kDownTokenGroups * kRows;
+      const int slice = tid / (Config::kDownColGroups * Config::kDownTokenGroups);
+      for (int col0 = 0; col0 < R; col0 += Config::kDownCols) {
+        const int col = col0 + 4 * group;
+        float acc[kRows][4] = {};
+        const float* tile_rows = hidden_t + row;
+        if constexpr (Config::kWeightsInSmem) {
+          const float* w = smem + plan.w_down + col;
+          if (col < R4) {
+            accumulate_slices<kRows, Config::kDownSlices, kTokens>(
+                acc, tile_rows, slice, D,
+                [&](int k) { return *reinterpret_cast<const float4*>(w + k * R4); });
+          }
+        } else if (col < R) {
+          const float* w = p.w_down + col;
+          const int64_t ld = p.w_down_stride;
+          if (p.w_down_vec4) {
+            accumulate_slices<kRows, Config::kDownSlices, kTokens>(
+                acc, tile_rows, slice, D,
+                [&](int k) { return __ldg(reinterpret_cast<const float4*>(w + k * ld)); });
+          } else {
+            accumulate_slices<kRows, Config::kDownSlices, kTokens>(
+                acc, tile_rows, slice, D, [&](int k) {
+                  return gather4(col, R, [&](int j) { return __ldg(p.w_down + k * ld + j); });
+                });
+          }
         }
-      }
-      store_partials<kTokens>(reduce, slice, kDownCols, 4 * group, acc);
-      __syncthreads();
-      for (int i = tid; i < kTokens * kDownCols; i += kThreads) {
-        const int t = i / kDownCols, c = i % kDownCols;
-        if (col0 + c >= R) continue;
-        float sum = 0.f;
+        store_partials<kRows>(reduce, slice * kTokens + row, 4 * group, Config::kDownCols, acc);
+        __syncthreads();
+        for (int i = tid; i < kTokens * Config::kDownCols; i += Config::kThreads) {
+          const int t = i / Config::kDownCols, c = i % Config::kDownCols;
+          if (col0 + c >= R) continue;
+          float sum = 0.f;
 #pragma unroll
-        for (int s = 0; s < kDownSlices; ++s) sum += reduce[(s * kTokens + t) * kDownCols + c];
-        latent_t[(col0 + c) * kTokens + t] = sum;
-        const int token = token0 + t;
-        if (p.latent != nullptr && token < p.tokens) {
-          p.latent[(token / p.seq) * p.latent_stride_batch + (token % p.seq) * p.latent_stride_seq +
-                   col0 + c] = sum;
+          for (int s = 0; s < Config::kDownSlices; ++s) {
+            sum += reduce[(s * kTokens + t) * Config::kDownCols + c];
+          }
+          latent_t[(col0 + c) * kTokens + t] = sum;
+          const int token = token0 + t;
+          if (p.latent != nullptr && token < p.tokens && blockIdx.y == 0) {
+            p.latent[(token / p.seq) * p.latent_stride_batch +
+                     (token % p.seq) * p.latent_stride_seq + col0 + c] = sum;
+          }
         }
+        __syncthreads();
       }
-      __syncthreads();
     }
-  }
 
-  // Up projection: out[kv][t][j] = sum_r latent[t][r] * w_up_kv[r][j], 256 columns per pass over
-  // the 2N columns of [K | V].
-  {
-    const int group = tid % kUpColGroups, slice = tid / kUpColGroups;
-    for (int col0 = 0; col0 < 2 * N; col0 += kUpCols) {
-      const int col = col0 + 4 * group;
-      float acc[kTokens][4] = {};
-      if (col < 2 * N) {
-#pragma unroll 4
-        for (int k = slice; k < R; k += kUpSlices) {
-          fma_tile<kTokens>(acc, latent_t + k * kTokens, load_up4(p, k, col));
+    // Up projection: out[kv][t][j] = sum_r latent[t][r] * w_up_kv[r][j] over the 2N columns of
+    // [K | V].
+    {
+      constexpr int kRows = Config::kUpTokensPerThread;
+      const int group = tid % Config::kUpColGroups;
+      const int row = (tid / Config::kUpColGroups) % Config::kUpTokenGroups * kRows;
+      const int slice = tid / (Config::kUpColGroups * Config::kUpTokenGroups);
+      for (int col0 = blockIdx.y * Config::kUpCols; col0 < 2 * N;
+           col0 += gridDim.y * Config::kUpCols) {
+        const int col = col0 + 4 * group;
+        float acc[kRows][4] = {};
+        const float* tile_rows = latent_t + row;
+        if constexpr (Config::kWeightsInSmem) {
+          const float* w = smem + plan.w_up + col;
+          if (col < N2p) {
+            accumulate_slices<kRows, Config::kUpSlices, kTokens>(
+                acc, tile_rows, slice, R,
+                [&](int k) { return *reinterpret_cast<const float4*>(w + k * N2p); });
+          }
+        } else if (col < 2 * N) {
+          if (p.w_up_vec4) {  // N % 4 == 0: the group lies in one half
+            const bool is_k = col < N;
+            const float* w = is_k ? p.w_up_k + col : p.w_up_v + (col - N);
+            const int64_t ld = is_k ? p.w_up_k_stride : p.w_up_v_stride;
+            accumulate_slices<kRows, Config::kUpSlices, kTokens>(
+                acc, tile_rows, slice, R,
+                [&](int k) { return __ldg(reinterpret_cast<const float4*>(w + k * ld)); });
+          } else {
+            accumulate_slices<kRows, Config::kUpSlices, kTokens>(
+                acc, tile_rows, slice, R, [&](int k) {
+                  return gather4(col, 2 * N, [&](int j) { return load_up(p, k, j); });
+                });
+          }
         }
-      }
-      store_partials<kTokens>(reduce, slice, kUpCols, 4 * group, acc);
-      __syncthreads();
-      for (int i = tid; i < kTokens * kUpCols; i += kThreads) {
-        const int t = i / kUpCols, c = i % kUpCols;
-        const int token = token0 + t, j = col0 + c;
-        if (j >= 2 * N || token >= p.tokens) continue;
-        float sum = 0.f;
+        store_partials<kRows>(reduce, slice * kTokens + row, 4 * group, Config::kUpCols, acc);
+        __syncthreads();
+        for (int i = tid; i < kTokens * Config::kUpCols; i += Config::kThreads) {
+          const int t = i / Config::kUpCols, c = i % Config::kUpCols;
+          const int token = token0 + t, j = col0 + c;
+          if (j >= 2 * N || token >= p.tokens) continue;
+          float sum = 0.f;
 #pragma unroll
-        for (int s = 0; s < kUpSlices; ++s) sum += reduce[(s * kTokens + t) * kUpCols + c];
-        const int kv = j >= N, n = j - kv * N;
-        const int64_t head_offset =
-            p.heads_packed ? n : (n / p.head_dim) * p.out_stride_head + n % p.head_dim;
-        p.out[kv * p.out_stride_kv + (token / p.seq) * p.out_stride_batch +
-              (token % p.seq) * p.out_stride_seq + head_offset] = sum;
+          for (int s = 0; s < Config::kUpSlices; ++s) {
+            sum += reduce[(s * kTokens + t) * Config::kUpCols + c];
+          }
+          const int kv = j >= N, n = j - kv * N;
+          const int64_t head_offset =
+              p.heads_packed ? n : (n / p.head_dim) * p.out_stride_head + n % p.head_dim;
+          p.out[kv * p.out_stride_kv + (token / p.seq) * p.out_stride_batch +
+                (token % p.seq) * p.out_stride_seq + head_offset] = sum;
+        }
+        __syncthreads();
       }
-      __syncthreads();
     }
   }
 }
@@ -244,31 +371,30 @@ struct DeviceFacts {
 
 constexpr int kMaxDevices = 64;
 
+template <typename Config>
+Status allow_max_smem(int bytes) {
+  return cuda_status(cudaFuncSetAttribute(fused_kv_proj_fp32_kernel<Config>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                     "cudaFuncSetAttribute(fused_kv_proj_fp32_kernel, MaxDynamicSharedMemorySize)");
+}
+
 const DeviceFacts& device_facts(int device) {
   static std::array<std::once_flag, kMaxDevices> once;
   static std::array<DeviceFacts, kMaxDevices> facts;
   std::call_once(once[device], [device] {
     DeviceFacts& f = facts[device];
     int smem = 0;
-    f.status = cuda_status(cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount,
-                                                  device),
-                           "cudaDeviceGetAttribute(MultiProcessorCount)");
+    f.status = cuda_status(
+        cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute(MultiProcessorCount)");
     if (f.status.ok()) {
       f.status = cuda_status(
           cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
           "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
     }
     f.smem_optin = static_cast<size_t>(smem);
-    if (f.status.ok()) {
-      f.status = cuda_status(cudaFuncSetAttribute(fused_kv_proj_fp32_kernel<4>,
-                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                             "cudaFuncSetAttribute(fused_kv_proj_fp32_kernel<4>)");
-    }
-    if (f.status.ok()) {
-      f.status = cuda_status(cudaFuncSetAttribute(fused_kv_proj_fp32_kernel<16>,
-                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                             "cudaFuncSetAttribute(fused_kv_proj_fp32_kernel<16>)");
-    }
+    if (f.status.ok()) f.status = allow_max_smem<kStreamConfig>(smem);
+    if (f.status.ok()) f.status = allow_max_smem<kResidentConfig>(smem);
   });
   return facts[device];
 }
@@ -277,70 +403,32 @@ Status current_device_facts(const DeviceFacts** out) {
   int device = 0;
   LATENTKV_CUDA_RETURN(cudaGetDevice(&device));
   if (device < 0 || device >= kMaxDevices) {
-    return {StatusCode::kUnsupported,
-            "CUDA device " + std::to_string(device) + " is beyond the " +
-                std::to_string(kMaxDevices) + " devices latentkv tracks"};
+    return {StatusCode::kUnsupported, "CUDA device " + std::to_string(device) +
+                                          " is beyond the " + std::to_string(kMaxDevices) +
+                                          " devices latentkv tracks"};
   }
   *out = &device_facts(device);
   return (*out)->status;
 }
 
-// The token tile: 16 tokens per block reuse each weight load 4x more than 4 tokens, which pays
-// once there are enough tiles to fill every SM; below that, 4 tokens per block spread the latency
-// bound work over more SMs. The larger tile also needs its hidden tile to fit in shared memory.
-int choose_token_tile(const Problem& p, const DeviceFacts& f) {
-  const int64_t tiles16 = (p.tokens() + 15) / 16;
-  const bool fits16 = SharedPlan<16>::bytes(static_cast<int>(p.model_dim),
-                                            static_cast<int>(p.rank)) <= f.smem_optin;
-  return (fits16 && tiles16 >= f.sm_count) ? 16 : 4;
+template <typename Config>
+size_t smem_bytes(const Problem& p) {
+  return SharedPlan<Config>(static_cast<int>(p.model_dim), static_cast<int>(p.rank),
+                            static_cast<int>(p.kv_width()))
+      .bytes();
+}
+
+// Resident weights pay off once there are more 16-token tiles than SMs' worth of blocks can cover
+// with the weights re-read per tile from L2: then each SM reads them once instead of once per tile.
+// Below that, the streaming configuration spreads the latency-bound work over more SMs.
+bool use_resident(const Problem& p, const DeviceFacts& f) {
+  const int64_t tiles = (p.tokens() + kResidentConfig::kTokens - 1) / kResidentConfig::kTokens;
+  return smem_bytes<kResidentConfig>(p) <= f.smem_optin && tiles >= 2 * f.sm_count;
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-}  // namespace
-
-Status cuda_fused_supports(const Problem& p) {
-  if (p.dtype != DType::kFloat32) {
-    return {StatusCode::kUnsupported, std::string("problem.dtype = ") + to_string(p.dtype) +
-                                          " is not supported by the cuda-fused strategy yet "
-                                          "(float32 only)"};
-  }
-  // The kernel indexes tokens, columns and in-matrix offsets with int32; tensors are addressed
-  // with 64-bit strides.
-  const struct {
-    const char* name;
-    int64_t value;
-  } limits[] = {{"tokens (batch * seq)", p.tokens()},
-                {"model_dim", p.model_dim},
-                {"rank", p.rank},
-                {"2 * heads * head_dim", 2 * p.kv_width()},
-                {"rank * heads * head_dim", p.rank * p.kv_width()},
-                {"model_dim * rank", p.model_dim * p.rank}};
-  for (const auto& l : limits) {
-    if (l.value > INT_MAX) {
-      return {StatusCode::kUnsupported, std::string("problem ") + l.name + " = " +
-                                            std::to_string(l.value) +
-                                            " exceeds the int32 indexing of the cuda-fused "
-                                            "kernel"};
-    }
-  }
-  const DeviceFacts* f = nullptr;
-  if (Status s = current_device_facts(&f); !s.ok()) return s;
-  const size_t need = SharedPlan<4>::bytes(static_cast<int>(p.model_dim), static_cast<int>(p.rank));
-  if (need > f->smem_optin) {
-    return {StatusCode::kUnsupported,
-            "problem.model_dim = " + std::to_string(p.model_dim) + " with problem.rank = " +
-                std::to_string(p.rank) + " needs " + std::to_string(need) +
-                " bytes of shared memory per block for the cuda-fused kernel; the device has " +
-                std::to_string(f->smem_optin)};
-  }
-  return Status::Ok();
-}
-
-Status run_cuda_fused(const Problem& p, const Args& a, Stream stream) {
-  const DeviceFacts* f = nullptr;
-  if (Status s = current_device_facts(&f); !s.ok()) return s;
-
+FusedParams make_params(const Problem& p, const Args& a, int tile_tokens) {
   FusedParams k;
   k.hidden = static_cast<const float*>(a.hidden);
   k.hidden_stride_batch = a.hidden_stride_batch;
@@ -365,23 +453,84 @@ Status run_cuda_fused(const Problem& p, const Args& a, Stream stream) {
   k.rank = static_cast<int>(p.rank);
   k.head_dim = static_cast<int>(p.head_dim);
   k.kv_width = static_cast<int>(p.kv_width());
+  k.num_tiles = static_cast<int>((p.tokens() + tile_tokens - 1) / tile_tokens);
   k.hidden_vec4 = aligned16(a.hidden) && p.model_dim % 4 == 0 && a.hidden_stride_seq % 4 == 0 &&
                   a.hidden_stride_batch % 4 == 0;
   k.w_down_vec4 = aligned16(a.w_down) && p.rank % 4 == 0 && a.w_down_stride_row % 4 == 0;
   k.w_up_vec4 = aligned16(a.w_up_k) && aligned16(a.w_up_v) && p.kv_width() % 4 == 0 &&
                 a.w_up_k_stride_row % 4 == 0 && a.w_up_v_stride_row % 4 == 0;
   k.heads_packed = a.out_stride_head == p.head_dim;
+  return k;
+}
 
-  const int tile = choose_token_tile(p, *f);
-  const unsigned blocks = static_cast<unsigned>((p.tokens() + tile - 1) / tile);
-  if (tile == 16) {
-    fused_kv_proj_fp32_kernel<16><<<blocks, kThreads, SharedPlan<16>::bytes(k.model_dim, k.rank),
-                                    stream>>>(k);
+// How many blocks share one token tile's up projection (gridDim.y). Each of them recomputes the
+// tile's latent, so the split stays where the repeated down projection (D*R per token) costs at
+// most the up projection (2N*R per token), and stops once the grid covers the SMs twice.
+int column_splits(const Problem& p, int64_t tiles, int up_cols, int sm_count) {
+  const int64_t passes = (2 * p.kv_width() + up_cols - 1) / up_cols;
+  const int64_t cheap = 1 + 2 * p.kv_width() / p.model_dim;
+  const int64_t fill = (2 * int64_t{sm_count} + tiles - 1) / tiles;
+  int64_t splits = passes < cheap ? passes : cheap;
+  splits = splits < fill ? splits : fill;
+  return static_cast<int>(splits < 1 ? 1 : splits > 65535 ? 65535 : splits);
+}
+
+template <typename Config>
+Status launch(const Problem& p, const Args& a, const DeviceFacts& f, Stream stream) {
+  const FusedParams k = make_params(p, a, Config::kTokens);
+  dim3 grid;
+  if constexpr (Config::kWeightsInSmem) {  // persistent: one block per SM loops over tiles
+    grid = dim3(k.num_tiles < f.sm_count ? k.num_tiles : f.sm_count, 1);
   } else {
-    fused_kv_proj_fp32_kernel<4><<<blocks, kThreads, SharedPlan<4>::bytes(k.model_dim, k.rank),
-                                   stream>>>(k);
+    grid = dim3(k.num_tiles, column_splits(p, k.num_tiles, Config::kUpCols, f.sm_count));
   }
+  fused_kv_proj_fp32_kernel<Config><<<grid, Config::kThreads, smem_bytes<Config>(p), stream>>>(k);
   return cuda_status(cudaGetLastError(), "fused_kv_proj_fp32_kernel launch");
+}
+
+}  // namespace
+
+Status cuda_fused_supports(const Problem& p) {
+  if (p.dtype != DType::kFloat32) {
+    return {StatusCode::kUnsupported, std::string("problem.dtype = ") + to_string(p.dtype) +
+                                          " is not supported by the cuda-fused strategy yet "
+                                          "(float32 only)"};
+  }
+  // The kernel indexes tokens, columns, shared memory and in-matrix offsets with int32; tensors
+  // are addressed with 64-bit strides.
+  const struct {
+    const char* name;
+    int64_t value;
+  } limits[] = {{"tokens (batch * seq)", p.tokens() + 16},
+                {"model_dim (times the 16-token tile)", p.model_dim * 16},
+                {"2 * heads * head_dim", 2 * p.kv_width() + 4},
+                {"rank * heads * head_dim", p.rank * (2 * p.kv_width() + 4)},
+                {"model_dim * rank", p.model_dim * (p.rank + 4)}};
+  for (const auto& l : limits) {
+    if (l.value > INT_MAX) {
+      return {StatusCode::kUnsupported,
+              std::string("problem ") + l.name + " = " + std::to_string(l.value) +
+                  " exceeds the int32 indexing of the cuda-fused kernel"};
+    }
+  }
+  const DeviceFacts* f = nullptr;
+  if (Status s = current_device_facts(&f); !s.ok()) return s;
+  const size_t need = smem_bytes<kStreamConfig>(p);
+  if (need > f->smem_optin) {
+    return {StatusCode::kUnsupported,
+            "problem.model_dim = " + std::to_string(p.model_dim) + " with problem.rank = " +
+                std::to_string(p.rank) + " needs " + std::to_string(need) +
+                " bytes of shared memory per block in the cuda-fused kernel; the device has " +
+                std::to_string(f->smem_optin)};
+  }
+  return Status::Ok();
+}
+
+Status run_cuda_fused(const Problem& p, const Args& a, Stream stream) {
+  const DeviceFacts* f = nullptr;
+  if (Status s = current_device_facts(&f); !s.ok()) return s;
+  if (use_resident(p, *f)) return launch<kResidentConfig>(p, a, *f, stream);
+  return launch<kStreamConfig>(p, a, *f, stream);
 }
 
 }  // namespace latentkv::detail

@@ -44,6 +44,46 @@ struct NamedCase {
 std::vector<NamedCase> preset_cases();  // "seed", "deepseek-v2-lite", "deepseek-v3", ...
 bool find_preset(const std::string& name, Problem* problem);
 
+// value rounded to the nearest value of dtype (round to nearest even); float32 values unchanged.
+float round_to_dtype(float value, DType dtype);
+
+// Strided layouts, so tests cover padded (non-contiguous) tensors.
+enum class Tensor { kHidden, kWDown, kWUpK, kWUpV, kOut, kLatent };
+
+// Strides that pad every outer dimension of every tensor by `pad` extra elements (inner dimensions
+// stay contiguous); pointers null. pad = 0 gives contiguous_args' strides.
+Args padded_args(const Problem& problem, int64_t pad);
+// Element offset under args' strides of each element of `tensor`, in packed row-major order
+// (out: [2, B, S, H, Dh], latent: [B, S, R]).
+std::vector<int64_t> element_offsets(const Problem& problem, const Args& args, Tensor tensor);
+// Elements a buffer must hold for `tensor` under args' strides (its largest offset + 1).
+int64_t span_elements(const Problem& problem, const Args& args, Tensor tensor);
+// A buffer of `span` elements filled with `fill`, holding packed[i] at offsets[i].
+std::vector<float> scatter(const std::vector<float>& packed, const std::vector<int64_t>& offsets,
+                           int64_t span, float fill);
+// base[offsets[i]] for every i: a strided tensor read back in packed order.
+std::vector<float> gather(const float* base, const std::vector<int64_t>& offsets);
+
+// Host buffers of one call laid out under some strides: the inputs in place, the outputs and every
+// padding element NaN (a read of padding or an unwritten output then shows as a non-finite
+// error). args points into the vectors, so the struct moves but does not copy.
+struct StridedBuffers {
+  std::vector<float> hidden, w_down, w_up_k, w_up_v, out, latent;  // latent empty without it
+  std::vector<int64_t> out_offsets;     // out's elements in packed [2, B, S, H, Dh] order
+  std::vector<int64_t> latent_offsets;  // latent's elements in packed [B, S, R] order
+  Args args;
+
+  StridedBuffers() = default;
+  StridedBuffers(StridedBuffers&&) = default;
+  StridedBuffers(const StridedBuffers&) = delete;
+  StridedBuffers& operator=(const StridedBuffers&) = delete;
+};
+StridedBuffers strided_buffers(const Problem& problem, const HostInputs& in, const Args& strides,
+                               bool with_latent);
+// Elements of buffer that are not NaN: after a correct run on a NaN-poisoned buffer, exactly the
+// tensor's own elements (so a larger count means padding was written).
+int64_t count_not_nan(const std::vector<float>& buffer);
+
 // Edge shapes: one token, tile tails (one tile minus one, a tile plus one), odd D/R/Dh, R=1, H=1.
 std::vector<Problem> edge_shapes();
 // count random shapes, small enough for the float64 reference to be quick.

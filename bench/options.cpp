@@ -1,0 +1,305 @@
+// Command-line parsing for latentkv-bench. Shapes start from a preset (the founding case by
+// default), explicit dimensions override it, --tokens turns it into a sweep over T = seq with
+// batch 1, and --sweep replaces all of that with the standard list below.
+#include "options.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+
+#include "testing.h"
+
+namespace latentkv::bench {
+namespace {
+
+// The token counts of the standard sweep: one token, a tile tail, one tile-ish, an odd mid size
+// and the founding case x16, all with the founding case's D, R, H, Dh.
+constexpr int64_t kSweepTokens[] = {1, 7, 64, 733, 6144};
+
+void print_usage(FILE* to) {
+  std::fprintf(to,
+R"(usage: latentkv-bench [options]
+
+Runs the low-rank KV projection of Multi-head Latent Attention, checks it against a float64
+reference and times the fused path against the unfused baseline (three GEMMs, then the stack
+copy, as PyTorch eager does) in the same run. With no options: the founding case ("seed": B=4
+S=96 D=256 R=48 H=4 Dh=32 float32) on the best backend present (CUDA if a GPU is found, else CPU).
+Cases too large for a quick float64 reference are checked on an even sample of tokens (each
+output row depends only on its own token), and every output element must be finite.
+
+shape
+  --preset NAME          start from a named case (default seed); presets:
+                         %s
+  --batch N --seq N --model-dim N --rank N --heads N --head-dim N
+                         override dimensions of the preset
+  --tokens T1,T2,...     one case per T, each with batch=1, seq=T
+  --dtype TYPE           float32 | bfloat16 | float16 (default: the preset's)
+  --sweep                the standard list: seed, seed-x16, T in {1,7,64,733,6144} with the seed
+                         dims, and the remaining presets; on the CPU, cases over 10 GFLOP per
+                         call and non-float32 cases are skipped (and said so)
+backend
+  --backend NAME         auto | cpu | cuda (default auto)
+  --strategy NAME        auto | cpu-blocked | cuda-fused: force one strategy (default auto);
+                         with --backend auto it also picks the backend
+timing
+  --warmup N             unmeasured runs first (default 10)
+  --iters N              timed samples (default 100; GPU: graph replays and host loops)
+  --seconds S            stop a measurement early once it has taken S seconds (default 1),
+                         after at least 5 samples
+  --calls-per-graph N    CUDA: calls captured per graph (default 20)
+  --no-rotate            CUDA: time on one input set even when it fits in L2 (default: cycle
+                         through enough copies to spill it)
+  --seed N               seed of the random inputs (default 1)
+output
+  --json                 one JSON object per case on stdout; the human report goes to stderr
+  --help                 this text
+
+Exit status: 0 all cases pass; 1 a result is outside tolerance or a CUDA call failed; 2 a bad
+option, a backend that is not there, or a case the library refused.
+)",
+               [] {
+                 std::string names;
+                 for (const auto& c : testing::preset_cases()) {
+                   names += (names.empty() ? "" : ", ") + c.name;
+                 }
+                 return names;
+               }()
+                   .c_str());
+}
+
+int bad_option(const std::string& message) {
+  std::fprintf(stderr, "latentkv-bench: %s (see --help)\n", message.c_str());
+  return 2;
+}
+
+bool parse_int(const std::string& text, int64_t min_value, int64_t* value) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || v < min_value) return false;
+  *value = v;
+  return true;
+}
+
+bool parse_seconds(const std::string& text, double* value) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || errno != 0 || *end != '\0' || !(v > 0) || v > 3600) return false;
+  *value = v;
+  return true;
+}
+
+// Matches s against to_string() of each value.
+template <typename Enum>
+bool parse_enum(const std::string& s, std::initializer_list<Enum> values, Enum* out) {
+  for (Enum v : values) {
+    if (s == to_string(v)) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool parse_token_list(const std::string& text, std::vector<int64_t>* tokens) {
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    int64_t t = 0;
+    if (!parse_int(text.substr(begin, end - begin), 1, &t)) return false;
+    tokens->push_back(t);
+    begin = end + 1;
+  }
+  return !tokens->empty();
+}
+
+// The strategy's own backend, so that --strategy alone is enough.
+Backend backend_of(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kCpuBlocked: return Backend::kCpu;
+    case Strategy::kCudaFused: return Backend::kCuda;
+    case Strategy::kAuto: break;
+  }
+  return Backend::kAuto;
+}
+
+std::vector<BenchCase> sweep_cases() {
+  std::vector<BenchCase> cases;
+  Problem seed;
+  testing::find_preset("seed", &seed);
+  cases.push_back({"seed", seed});
+  Problem x16;
+  if (testing::find_preset("seed-x16", &x16)) cases.push_back({"seed-x16", x16});
+  for (int64_t t : kSweepTokens) {
+    Problem p = seed;
+    p.batch = 1;
+    p.seq = t;
+    cases.push_back({"T=" + std::to_string(t), p});
+  }
+  for (const auto& c : testing::preset_cases()) {
+    if (c.name != "seed" && c.name != "seed-x16") cases.push_back({c.name, c.problem});
+  }
+  return cases;
+}
+
+}  // namespace
+
+int parse_options(int argc, char** argv, BenchOptions* options) {
+  std::string preset = "seed";
+  bool dtype_set = false;
+  DType dtype = DType::kFloat32;
+  bool shape_set = false;
+  std::vector<int64_t> tokens;
+  // Dimension overrides, -1 where not given; the order of kDims below.
+  int64_t dims[6] = {-1, -1, -1, -1, -1, -1};
+  static const char* const kDims[6] = {"--batch", "--seq",   "--model-dim",
+                                       "--rank",  "--heads", "--head-dim"};
+
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool has_value = false;
+    // --name=value and --name value are both accepted.
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    auto take_value = [&]() -> bool {
+      if (has_value) return true;
+      if (i + 1 >= argc) return false;
+      value = argv[++i];
+      has_value = true;
+      return true;
+    };
+    if (arg == "--help" || arg == "-h") {
+      print_usage(stdout);
+      return 0;
+    }
+    if (arg == "--json" || arg == "--sweep" || arg == "--no-rotate") {
+      if (has_value) return bad_option(arg + " takes no value");
+      if (arg == "--json") options->json = true;
+      if (arg == "--sweep") options->sweep = true;
+      if (arg == "--no-rotate") options->timing.rotate = false;
+      continue;
+    }
+    bool known = false;
+    for (const char* d : kDims) known = known || arg == d;
+    for (const char* o : {"--preset", "--tokens", "--dtype", "--backend", "--strategy", "--iters",
+                          "--warmup", "--seconds", "--calls-per-graph", "--seed"}) {
+      known = known || arg == o;
+    }
+    if (!known) return bad_option("unknown option '" + std::string(argv[i]) + "'");
+    if (!take_value()) return bad_option(arg + " needs a value");
+
+    int64_t n = 0;
+    bool dim_given = false;
+    for (int d = 0; d < 6; ++d) {
+      if (arg != kDims[d]) continue;
+      dim_given = true;
+      if (!parse_int(value, 1, &n)) {
+        return bad_option(arg + " = '" + value + "' is not a positive integer");
+      }
+      dims[d] = n;
+      shape_set = true;
+    }
+    if (dim_given) continue;
+    if (arg == "--preset") {
+      Problem p;
+      if (!testing::find_preset(value, &p)) return bad_option("no preset named '" + value + "'");
+      preset = value;
+    } else if (arg == "--tokens") {
+      if (!parse_token_list(value, &tokens)) {
+        return bad_option("--tokens = '" + value + "' is not a comma list of positive integers");
+      }
+    } else if (arg == "--dtype") {
+      if (!parse_enum(value, {DType::kFloat32, DType::kBFloat16, DType::kFloat16}, &dtype)) {
+        return bad_option("--dtype = '" + value + "': expected float32, bfloat16 or float16");
+      }
+      dtype_set = true;
+    } else if (arg == "--backend") {
+      if (!parse_enum(value, {Backend::kAuto, Backend::kCpu, Backend::kCuda}, &options->backend)) {
+        return bad_option("--backend = '" + value + "': expected auto, cpu or cuda");
+      }
+    } else if (arg == "--strategy") {
+      if (!parse_enum(value, {Strategy::kAuto, Strategy::kCpuBlocked, Strategy::kCudaFused},
+                      &options->strategy)) {
+        return bad_option("--strategy = '" + value +
+                          "': expected auto, cpu-blocked or cuda-fused");
+      }
+    } else if (arg == "--seconds") {
+      if (!parse_seconds(value, &options->timing.seconds)) {
+        return bad_option("--seconds = '" + value + "' is not a number in (0, 3600]");
+      }
+    } else {
+      // The remaining options are integer counts.
+      const bool is_warmup = arg == "--warmup";
+      const bool is_seed = arg == "--seed";
+      if (!parse_int(value, is_warmup || is_seed ? 0 : 1, &n) || n > 1000000000) {
+        return bad_option(arg + " = '" + value + "' is not a " +
+                          (is_warmup || is_seed ? "non-negative" : "positive") + " integer");
+      }
+      if (is_warmup) options->timing.warmup = static_cast<int>(n);
+      if (is_seed) options->timing.seed = static_cast<uint64_t>(n);
+      if (arg == "--iters") options->timing.iters = static_cast<int>(n);
+      if (arg == "--calls-per-graph") {
+        if (n > 10000) return bad_option("--calls-per-graph = '" + value + "' is over 10000");
+        options->timing.calls_per_graph = static_cast<int>(n);
+      }
+    }
+  }
+
+  if (options->strategy != Strategy::kAuto) {
+    const Backend own = backend_of(options->strategy);
+    if (options->backend == Backend::kAuto) {
+      options->backend = own;
+    } else if (options->backend != own) {
+      return bad_option(std::string("--strategy ") + to_string(options->strategy) +
+                        " does not run on --backend " + to_string(options->backend));
+    }
+  }
+
+  if (options->sweep) {
+    if (shape_set || !tokens.empty() || preset != "seed") {
+      return bad_option("--sweep runs its own list of cases; drop --preset, --tokens and the "
+                        "dimension options");
+    }
+    options->cases = sweep_cases();
+  } else {
+    if (!tokens.empty() && (dims[0] > 0 || dims[1] > 0)) {
+      return bad_option("--tokens sets batch=1 and seq=T itself; drop --batch and --seq");
+    }
+    BenchCase base{preset, {}};
+    testing::find_preset(preset, &base.problem);
+    int64_t* fields[6] = {&base.problem.batch, &base.problem.seq,   &base.problem.model_dim,
+                          &base.problem.rank,  &base.problem.heads, &base.problem.head_dim};
+    for (int d = 0; d < 6; ++d) {
+      if (dims[d] > 0) *fields[d] = dims[d];
+    }
+    if (shape_set) base.name = "custom";
+    if (tokens.empty()) {
+      options->cases.push_back(base);
+    } else {
+      for (int64_t t : tokens) {
+        BenchCase c = base;
+        c.problem.batch = 1;
+        c.problem.seq = t;
+        c.name = (preset == "seed" && !shape_set ? "" : base.name + " ") + "T=" + std::to_string(t);
+        options->cases.push_back(c);
+      }
+    }
+  }
+  if (dtype_set) {
+    for (BenchCase& c : options->cases) c.problem.dtype = dtype;
+  }
+  return -1;
+}
+
+}  // namespace latentkv::bench

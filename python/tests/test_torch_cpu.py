@@ -1,0 +1,213 @@
+"""The torch side on the CPU backend: latentkv.kv_proj on torch tensors, the registered ops
+(results, latent_out mutation, opcheck, torch.compile without graph breaks), and LatentKVProjection
+against the reference module (state_dict, seed, forward, training fallback). Skipped without torch."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import latentkv  # noqa: E402
+import latentkv.torch as lt  # noqa: E402
+from reference import CASES, FLOAT32_TOLERANCE, edge_shapes, random_inputs, reference, rel_error  # noqa: E402
+from reference_torch import ReferenceKVProjection  # noqa: E402
+
+
+def torch_inputs(shape, seed=0, requires_grad=False):
+    arrays = random_inputs(np.random.default_rng(seed), *shape)
+    return [torch.from_numpy(a).requires_grad_(requires_grad) for a in arrays]
+
+
+def ref_of(tensors, heads):
+    return reference(*(t.detach().numpy() for t in tensors), heads)
+
+
+@pytest.mark.parametrize("shape", edge_shapes(), ids=lambda s: "x".join(map(str, s)))
+def test_kv_proj_on_torch_tensors(shape):
+    b, s, d, r, h, dh = shape
+    args = torch_inputs(shape, seed=1)
+    out = latentkv.kv_proj(*args, h)
+    assert isinstance(out, torch.Tensor) and out.device.type == "cpu" and out.dtype == torch.float32
+    assert out.shape == (2, b, s, h, dh) and out.is_contiguous()
+    assert rel_error(out.numpy(), ref_of(args, h)[0]) <= FLOAT32_TOLERANCE
+    op_out = torch.ops.latentkv.kv_proj(*args, h)
+    assert rel_error(op_out.numpy(), ref_of(args, h)[0]) <= FLOAT32_TOLERANCE
+
+
+def test_latent_out_is_written_through_the_op():
+    shape = (2, 7, 40, 12, 2, 6)
+    args = torch_inputs(shape, seed=2)
+    latent = torch.full((2, 7, 12), float("nan"))
+    out = latentkv.kv_proj(*args, 2, latent_out=latent)
+    ref, ref_latent = ref_of(args, 2)
+    assert rel_error(out.numpy(), ref) <= FLOAT32_TOLERANCE
+    assert rel_error(latent.numpy(), ref_latent) <= FLOAT32_TOLERANCE
+
+
+def test_tensors_requiring_grad_are_read_directly():
+    args = torch_inputs((1, 5, 16, 8, 2, 4), seed=3, requires_grad=True)
+    out = lt.kv_proj(*args, 2)
+    assert rel_error(out.detach().numpy(), ref_of(args, 2)[0]) <= FLOAT32_TOLERANCE
+
+
+def test_dlpack_capsule_path_of_older_torch(monkeypatch):
+    """torch < 2.10 has no DLPack C exchange API; the op then passes capsules and the stream."""
+    monkeypatch.setattr(lt, "_run", lt._run_capsules)
+    args = torch_inputs((2, 6, 24, 10, 3, 4), seed=4, requires_grad=True)
+    latent = torch.full((2, 6, 10), float("nan"))
+    out = lt.kv_proj(*args, 3, latent_out=latent)
+    ref, ref_latent = ref_of(args, 3)
+    assert rel_error(out.detach().numpy(), ref) <= FLOAT32_TOLERANCE
+    assert rel_error(latent.numpy(), ref_latent) <= FLOAT32_TOLERANCE
+
+
+def test_padded_views_work():
+    b, s, d, r, h, dh = shape = (2, 6, 30, 10, 2, 5)
+    hidden, w_down, w_up_k, w_up_v = torch_inputs(shape, seed=5)
+    big = torch.randn(b, s + 2, d + 3)
+    big[:, :s, :d] = hidden
+    view = big[:, :s, :d]
+    assert not view.is_contiguous()
+    out = latentkv.kv_proj(view, w_down, w_up_k, w_up_v, h)
+    assert rel_error(out.numpy(), ref_of((hidden, w_down, w_up_k, w_up_v), h)[0]) <= FLOAT32_TOLERANCE
+
+
+def test_refusals():
+    hidden, w_down, w_up_k, w_up_v = torch_inputs((1, 4, 16, 8, 2, 4), seed=6)
+    with pytest.raises(TypeError, match="hidden has dtype float64"):
+        latentkv.kv_proj(hidden.double(), w_down.double(), w_up_k.double(), w_up_v.double(), 2)
+    with pytest.raises(TypeError, match="w_down has dtype float16 but hidden has float32"):
+        latentkv.kv_proj(hidden, w_down.half(), w_up_k, w_up_v, 2)
+    with pytest.raises(ValueError, match="w_up_k: the last dimension must be contiguous"):
+        latentkv.kv_proj(hidden, w_down, w_up_k.t().contiguous().t(), w_up_v, 2)
+    with pytest.raises(ValueError, match=r"w_down has shape \(15, 8\)"):
+        latentkv.kv_proj(hidden, w_down[:15], w_up_k, w_up_v, 2)
+    with pytest.raises(ValueError, match="num_heads = 3 must be positive and divide"):
+        latentkv.kv_proj(hidden, w_down, w_up_k, w_up_v, 3)
+    with pytest.raises(ValueError, match="unsupported: problem.dtype = bfloat16"):
+        latentkv.kv_proj(*(t.bfloat16() for t in (hidden, w_down, w_up_k, w_up_v)), 2)
+    with pytest.raises(TypeError, match="hidden: expected a numpy.ndarray or torch.Tensor"):
+        latentkv.kv_proj(hidden.tolist(), w_down, w_up_k, w_up_v, 2)
+    with pytest.raises(TypeError, match="w_up_v: expected a torch.Tensor like hidden, got ndarray"):
+        latentkv.kv_proj(hidden, w_down, w_up_k, w_up_v.numpy(), 2)
+    with pytest.raises(TypeError, match="latent_out: expected a torch.Tensor like hidden, got list"):
+        latentkv.kv_proj(hidden, w_down, w_up_k, w_up_v, 2, latent_out=[])
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 8, 4, 2, 2), (2, 3, 0, 4, 2, 2), (2, 3, 8, 4, 1, 0)])
+def test_zero_size(shape):
+    b, s, d, r, h, dh = shape
+    args = torch_inputs(shape, seed=7)
+    latent = torch.full((b, s, r), float("nan"))
+    out = latentkv.kv_proj(*args, h, latent_out=latent)
+    ref, ref_latent = ref_of(args, h)
+    assert out.shape == (2, b, s, h, dh)
+    np.testing.assert_array_equal(out.numpy(), ref)
+    assert rel_error(latent.numpy(), ref_latent) <= FLOAT32_TOLERANCE
+
+
+@pytest.mark.parametrize("op", ["kv_proj", "kv_proj_with_latent"])
+def test_opcheck(op):
+    args = torch_inputs((2, 5, 24, 8, 2, 4), seed=8)
+    if op == "kv_proj":
+        torch.library.opcheck(torch.ops.latentkv.kv_proj.default, (*args, 2))
+    else:
+        latent = torch.empty(2, 5, 8)
+        torch.library.opcheck(torch.ops.latentkv.kv_proj_with_latent.default, (*args, 2, latent))
+
+
+def graph_recorder():
+    """A torch.compile backend that records the FX graphs it is given and runs them as they are."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    return backend, graphs
+
+
+def test_module_compiles_fullgraph_with_the_op_in_the_graph():
+    torch._dynamo.reset()
+    module = lt.LatentKVProjection(32, 8, 2, 4)
+    backend, graphs = graph_recorder()
+    compiled = torch.compile(module, backend=backend, fullgraph=True)
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        got = compiled(x)
+        want = module(x)
+    torch.testing.assert_close(got, want)
+    assert len(graphs) == 1
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert "latentkv.kv_proj.default" in targets
+
+
+def test_functional_with_latent_compiles_fullgraph():
+    torch._dynamo.reset()
+
+    def f(x, wd, wk, wv, latent):
+        return latentkv.kv_proj(x, wd, wk, wv, 2, latent_out=latent) * 2
+
+    args = torch_inputs((1, 4, 16, 8, 2, 4), seed=9)
+    latent = torch.zeros(1, 4, 8)
+    latent_eager = torch.zeros(1, 4, 8)
+    got = torch.compile(f, backend="aot_eager", fullgraph=True)(*args, latent)
+    want = f(*args, latent_eager)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(latent, latent_eager)
+
+
+def test_module_parameters_match_the_reference_module():
+    ref = ReferenceKVProjection(64, 16, 4, 8)
+    ours = lt.LatentKVProjection(64, 16, 4, 8)
+    assert [(n, p.shape) for n, p in ref.named_parameters()] == [
+        (n, p.shape) for n, p in ours.named_parameters()
+    ]
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    ref.load_state_dict(ours.state_dict(), strict=True)
+
+
+def test_same_seed_gives_the_same_weights():
+    torch.manual_seed(1234)
+    ref = ReferenceKVProjection(48, 12, 3, 8)
+    torch.manual_seed(1234)
+    ours = lt.LatentKVProjection(48, 12, 3, 8)
+    for (name, a), (_, b) in zip(ref.state_dict().items(), ours.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("case", ["founding", "small"])
+def test_module_forward_matches_the_reference_module(case):
+    b, s, d, r, h, dh = CASES["founding"] if case == "founding" else (2, 3, 20, 6, 2, 3)
+    torch.manual_seed(5)
+    ref = ReferenceKVProjection(d, r, h, dh)
+    torch.manual_seed(5)
+    ours = lt.LatentKVProjection(d, r, h, dh)
+    x = torch.randn(b, s, d)
+    with torch.no_grad():
+        want64 = ReferenceKVProjection(d, r, h, dh).double()
+        want64.load_state_dict(ref.state_dict())
+        want = want64(x.double()).numpy()
+        got = ours(x)
+        assert rel_error(got.numpy(), want) <= FLOAT32_TOLERANCE
+    with torch.inference_mode():
+        assert rel_error(ours(x).numpy(), want) <= FLOAT32_TOLERANCE
+
+
+def test_training_falls_back_to_differentiable_math():
+    torch.manual_seed(6)
+    ref = ReferenceKVProjection(24, 6, 2, 4)
+    ours = lt.LatentKVProjection(24, 6, 2, 4)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 3, 24)
+    grad = torch.randn(2, 2, 3, 2, 4)
+    ref(x).backward(grad)
+    ours(x).backward(grad)
+    for (name, a), (_, b) in zip(ref.named_parameters(), ours.named_parameters()):
+        torch.testing.assert_close(a.grad, b.grad, msg=name)
+
+
+def test_module_repr_and_validation():
+    assert "num_heads=4" in repr(lt.LatentKVProjection(8, 4, 4, 2))
+    with pytest.raises(ValueError, match="rank = 0 must be positive"):
+        lt.LatentKVProjection(8, 0, 4, 2)

@@ -1,0 +1,207 @@
+// Correctness of the CPU backend against the float64 reference: random shapes, edge shapes from the
+// tile sizes, presets, packed and padded strides, with and without the latent output. Outputs and
+// the padding of every buffer start as NaN, so an element never written, or a read of padding,
+// shows as a non-finite error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "testing.h"
+
+namespace latentkv::testing {
+namespace {
+
+constexpr uint64_t kSeed = 20261129;
+constexpr int kRandomShapes = 60;
+constexpr int64_t kPad = 3;  // odd, so padded rows are not 16-byte aligned
+constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
+
+Options cpu_options() {
+  Options o;
+  o.backend = Backend::kCpu;
+  return o;
+}
+
+// Runs p on the CPU under strides `a` and compares out (and latent) with float64.
+void expect_matches_reference(const Problem& p, const Args& a, bool with_latent) {
+  SCOPED_TRACE(p.to_string() + (with_latent ? " with latent" : " without latent"));
+  const HostInputs in = random_inputs(p, kSeed);
+  std::vector<double> ref_out, ref_latent;
+  reference_kv_proj(p, in, &ref_out, &ref_latent);
+  StridedBuffers call = strided_buffers(p, in, a, with_latent);
+  const Status s = run(p, call.args, cpu_options());
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_LE(relative_error(gather(call.out.data(), call.out_offsets).data(), ref_out),
+            kFloat32Tolerance);
+  EXPECT_EQ(count_not_nan(call.out), static_cast<int64_t>(call.out_offsets.size()))
+      << "out padding was written";
+  if (with_latent) {
+    EXPECT_LE(relative_error(gather(call.latent.data(), call.latent_offsets).data(), ref_latent),
+              kFloat32Tolerance);
+    EXPECT_EQ(count_not_nan(call.latent), static_cast<int64_t>(call.latent_offsets.size()))
+        << "latent padding was written";
+  }
+}
+
+// Packed and padded strides, latent off and on.
+void expect_all_layouts_match(const Problem& p) {
+  for (int64_t pad : {int64_t{0}, kPad}) {
+    SCOPED_TRACE("pad " + std::to_string(pad));
+    for (bool with_latent : {false, true}) expect_matches_reference(p, padded_args(p, pad), with_latent);
+  }
+}
+
+std::string shape_name(const ::testing::TestParamInfo<Problem>& info) {
+  const Problem& p = info.param;
+  return std::to_string(info.index) + "_B" + std::to_string(p.batch) + "_S" +
+         std::to_string(p.seq) + "_D" + std::to_string(p.model_dim) + "_R" +
+         std::to_string(p.rank) + "_H" + std::to_string(p.heads) + "_Dh" +
+         std::to_string(p.head_dim);
+}
+
+class CpuShapes : public ::testing::TestWithParam<Problem> {};
+
+TEST_P(CpuShapes, MatchesFloat64) { expect_all_layouts_match(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Random, CpuShapes,
+                         ::testing::ValuesIn(random_shapes(kRandomShapes, kSeed)), shape_name);
+INSTANTIATE_TEST_SUITE_P(Edge, CpuShapes, ::testing::ValuesIn(edge_shapes()), shape_name);
+
+// The presets small enough for the float64 reference to stay quick (deepseek-v3 is ~2.6 G FMAs).
+TEST(CpuPresets, MatchFloat64) {
+  for (const char* name : {"seed", "seed-x16", "deepseek-v2-lite"}) {
+    Problem p;
+    ASSERT_TRUE(find_preset(name, &p)) << name;
+    SCOPED_TRACE(name);
+    expect_matches_reference(p, padded_args(p, 0), true);
+  }
+}
+
+// A dimension of extent 1 may carry any non-negative stride, 0 included.
+TEST(CpuStrides, ExtentOneDimensionsTakeAnyStride) {
+  Problem p;
+  find_preset("seed", &p);
+  p.batch = 1;
+  p.heads = 1;
+  Args a = padded_args(p, kPad);
+  a.hidden_stride_batch = 0;
+  a.out_stride_batch = 0;
+  a.latent_stride_batch = 0;
+  a.out_stride_head = 5;
+  expect_matches_reference(p, a, true);
+}
+
+// Several host threads calling run() at once: one gets the pool, the others run alone; every
+// result must still be right.
+TEST(CpuThreads, ConcurrentCallsAreCorrect) {
+  Problem p;
+  ASSERT_TRUE(find_preset("seed", &p));
+  const HostInputs in = random_inputs(p, kSeed);
+  std::vector<double> ref_out;
+  reference_kv_proj(p, in, &ref_out, nullptr);
+  constexpr int kCallers = 4, kCalls = 8;
+  std::vector<std::vector<float>> outs(kCallers, std::vector<float>(ref_out.size()));
+  std::vector<Status> statuses(kCallers);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      for (int i = 0; i < kCalls && statuses[c].ok(); ++i) {
+        std::fill(outs[c].begin(), outs[c].end(), kPoison);
+        statuses[c] = run(p,
+                          contiguous_args(p, in.hidden.data(), in.w_down.data(),
+                                          in.w_up_k.data(), in.w_up_v.data(), outs[c].data()),
+                          cpu_options());
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  for (int c = 0; c < kCallers; ++c) {
+    ASSERT_TRUE(statuses[c].ok()) << statuses[c].message();
+    EXPECT_LE(relative_error(outs[c].data(), ref_out), kFloat32Tolerance) << "caller " << c;
+  }
+}
+
+TEST(CpuApi, ContiguousArgsArePackedStrides) {
+  Problem p;
+  ASSERT_TRUE(find_preset("seed", &p));
+  float x = 0, y = 0;
+  const Args a = contiguous_args(p, &x, &x, &x, &x, &y, &y);
+  const Args b = padded_args(p, 0);
+  EXPECT_EQ(a.hidden_stride_batch, 96 * 256);
+  EXPECT_EQ(a.hidden_stride_seq, b.hidden_stride_seq);
+  EXPECT_EQ(a.hidden_stride_batch, b.hidden_stride_batch);
+  EXPECT_EQ(a.w_down_stride_row, b.w_down_stride_row);
+  EXPECT_EQ(a.w_up_k_stride_row, b.w_up_k_stride_row);
+  EXPECT_EQ(a.w_up_v_stride_row, b.w_up_v_stride_row);
+  EXPECT_EQ(a.out_stride_kv, 4 * 96 * 128);
+  EXPECT_EQ(a.out_stride_kv, b.out_stride_kv);
+  EXPECT_EQ(a.out_stride_batch, b.out_stride_batch);
+  EXPECT_EQ(a.out_stride_seq, b.out_stride_seq);
+  EXPECT_EQ(a.out_stride_head, b.out_stride_head);
+  EXPECT_EQ(a.latent_stride_batch, b.latent_stride_batch);
+  EXPECT_EQ(a.latent_stride_seq, b.latent_stride_seq);
+  EXPECT_EQ(a.hidden, &x);
+  EXPECT_EQ(a.out, &y);
+  EXPECT_EQ(a.latent, &y);
+  EXPECT_EQ(contiguous_args(p, &x, &x, &x, &x, &y).latent, nullptr);
+}
+
+TEST(CpuApi, FlopsAndBytes) {
+  Problem p;
+  ASSERT_TRUE(find_preset("seed", &p));
+  // 2*T*D*R + 4*T*R*N with T = 384, D = 256, R = 48, N = 128.
+  EXPECT_DOUBLE_EQ(p.flops(), 2.0 * 384 * 256 * 48 + 4.0 * 384 * 48 * 128);
+  // 4 bytes * (T*D + D*R + 2*R*N + 2*T*N).
+  EXPECT_DOUBLE_EQ(p.min_bytes(), 4.0 * (384 * 256 + 256 * 48 + 2 * 48 * 128 + 2 * 384 * 128));
+  p.dtype = DType::kBFloat16;
+  EXPECT_DOUBLE_EQ(p.min_bytes(), 2.0 * (384 * 256 + 256 * 48 + 2 * 48 * 128 + 2 * 384 * 128));
+  EXPECT_EQ(p.tokens(), 384);
+  EXPECT_EQ(p.kv_width(), 128);
+  EXPECT_NE(p.to_string().find("B=4 S=96 D=256 R=48 H=4 Dh=32"), std::string::npos);
+}
+
+TEST(CpuApi, SelectsTheBlockedStrategy) {
+  Problem p;
+  ASSERT_TRUE(find_preset("seed", &p));
+  const HostInputs in = random_inputs(p, kSeed);
+  std::vector<float> out(2 * p.tokens() * p.kv_width());
+  const Args a = contiguous_args(p, in.hidden.data(), in.w_down.data(), in.w_up_k.data(),
+                                 in.w_up_v.data(), out.data());
+  Strategy s = Strategy::kAuto;
+  ASSERT_TRUE(select_strategy(p, a, cpu_options(), &s).ok());
+  EXPECT_EQ(s, Strategy::kCpuBlocked);
+  EXPECT_TRUE(backend_available(Backend::kCpu));
+  if (!backend_available(Backend::kCuda)) {
+    EXPECT_EQ(resolve_backend(Backend::kAuto), Backend::kCpu);
+  }
+}
+
+TEST(CpuTesting, RoundToDtype) {
+  // Ties go to the even neighbour: bf16's ulp at 1 is 2^-7, fp16's is 2^-10.
+  EXPECT_EQ(round_to_dtype(1.0f + 0x1.0p-8f, DType::kBFloat16), 1.0f);
+  EXPECT_EQ(round_to_dtype(1.0f + 0x1.8p-7f, DType::kBFloat16), 1.0f + 0x1.0p-6f);
+  EXPECT_EQ(round_to_dtype(1.0f + 0x1.2p-7f, DType::kBFloat16), 1.0f + 0x1.0p-7f);
+  EXPECT_EQ(round_to_dtype(1.0f + 0x1.0p-11f, DType::kFloat16), 1.0f);
+  EXPECT_EQ(round_to_dtype(1.0f + 0x1.8p-10f, DType::kFloat16), 1.0f + 0x1.0p-9f);
+  EXPECT_EQ(round_to_dtype(0x1.0p-25f, DType::kFloat16), 0.0f);  // fp16 subnormal quantum 2^-24
+  EXPECT_EQ(round_to_dtype(3.0f * 0x1.0p-25f, DType::kFloat16), 0x1.0p-23f);
+  EXPECT_TRUE(std::isinf(round_to_dtype(70000.0f, DType::kFloat16)));
+  EXPECT_EQ(round_to_dtype(0.1f, DType::kFloat32), 0.1f);
+}
+
+TEST(CpuTesting, RelativeErrorIsInfiniteOnNonFinite) {
+  const std::vector<double> ref = {1.0, 2.0};
+  const float good[] = {1.0f, 2.0f};
+  const float nan[] = {1.0f, kPoison};
+  const float inf[] = {std::numeric_limits<float>::infinity(), 2.0f};
+  EXPECT_EQ(relative_error(good, ref), 0.0);
+  EXPECT_TRUE(std::isinf(relative_error(nan, ref)));
+  EXPECT_TRUE(std::isinf(relative_error(inf, ref)));
+}
+
+}  // namespace
+}  // namespace latentkv::testing

@@ -1,0 +1,284 @@
+// Every refusal of check()/run(): the right StatusCode, a message naming the argument, and no byte
+// of any buffer changed (outputs hold a sentinel pattern before the call). The calls go through the
+// CPU backend, but the validation is the API layer's, shared by every backend.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "testing.h"
+
+namespace latentkv::testing {
+namespace {
+
+constexpr unsigned char kSentinel = 0xA5;
+constexpr int64_t kHuge = std::numeric_limits<int64_t>::max();
+
+class Refusals : public ::testing::Test {
+ protected:
+  // Every dimension > 1, so every stride is checked. N = 6.
+  Problem p = make_problem();
+  std::vector<float> hidden, w_down, w_up_k, w_up_v;
+  // out and latent share one allocation (out first), large enough for the aliasing tests.
+  std::vector<float> outputs;
+  Args a;
+  Options cpu;
+
+  static Problem make_problem() {
+    Problem q;
+    q.batch = 2;
+    q.seq = 3;
+    q.model_dim = 5;
+    q.rank = 4;
+    q.heads = 2;
+    q.head_dim = 3;
+    return q;
+  }
+
+  void SetUp() override {
+    const HostInputs in = random_inputs(p, 1);
+    hidden = in.hidden;
+    w_down = in.w_down;
+    w_up_k = in.w_up_k;
+    w_up_v = in.w_up_v;
+    const int64_t out_elems = 2 * p.tokens() * p.kv_width();
+    outputs.assign(static_cast<size_t>(out_elems + p.tokens() * p.rank), 0.0f);
+    a = contiguous_args(p, hidden.data(), w_down.data(), w_up_k.data(), w_up_v.data(),
+                        outputs.data(), outputs.data() + out_elems);
+    cpu.backend = Backend::kCpu;
+  }
+
+  // check() and run() must both refuse with `code` and a message containing `needle`, and leave
+  // every buffer as it was.
+  void expect_refused(const Problem& q, const Args& args, const Options& o, StatusCode code,
+                      const std::string& needle) {
+    std::memset(outputs.data(), kSentinel, outputs.size() * sizeof(float));
+    const std::vector<std::vector<float>*> buffers = {&hidden, &w_down, &w_up_k, &w_up_v,
+                                                      &outputs};
+    std::vector<std::vector<unsigned char>> before;
+    for (const std::vector<float>* b : buffers) {
+      const auto* bytes = reinterpret_cast<const unsigned char*>(b->data());
+      before.emplace_back(bytes, bytes + b->size() * sizeof(float));
+    }
+    const Status checked = check(q, args, o);
+    const Status ran = run(q, args, o);
+    EXPECT_EQ(checked.code(), code) << to_string(checked.code()) << ": " << checked.message();
+    EXPECT_EQ(ran.code(), code) << to_string(ran.code()) << ": " << ran.message();
+    EXPECT_NE(ran.message().find(needle), std::string::npos)
+        << "message \"" << ran.message() << "\" does not name " << needle;
+    EXPECT_EQ(checked.message(), ran.message());
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      EXPECT_EQ(std::memcmp(before[i].data(), buffers[i]->data(), before[i].size()), 0)
+          << "buffer " << i << " changed by a refused call";
+    }
+  }
+
+  void expect_invalid(const Problem& q, const Args& args, const std::string& needle) {
+    expect_refused(q, args, cpu, StatusCode::kInvalidArgument, needle);
+  }
+  void expect_invalid(const Args& args, const std::string& needle) {
+    expect_invalid(p, args, needle);
+  }
+};
+
+TEST_F(Refusals, TheFixtureItselfRuns) {
+  const Status s = run(p, a, cpu);
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
+TEST_F(Refusals, NullPointers) {
+  const struct {
+    const void* Args::*field;
+    const char* name;
+  } inputs[] = {{&Args::hidden, "args.hidden"},
+                {&Args::w_down, "args.w_down"},
+                {&Args::w_up_k, "args.w_up_k"},
+                {&Args::w_up_v, "args.w_up_v"}};
+  for (const auto& f : inputs) {
+    Args b = a;
+    b.*f.field = nullptr;
+    expect_invalid(b, f.name);
+  }
+  Args b = a;
+  b.out = nullptr;
+  expect_invalid(b, "args.out");
+}
+
+TEST_F(Refusals, NullLatentIsAllowed) {
+  Args b = a;
+  b.latent = nullptr;
+  EXPECT_TRUE(run(p, b, cpu).ok());
+}
+
+TEST_F(Refusals, ZeroAndNegativeDimensions) {
+  const struct {
+    int64_t Problem::*field;
+    const char* name;
+  } dims[] = {{&Problem::batch, "problem.batch"},         {&Problem::seq, "problem.seq"},
+              {&Problem::model_dim, "problem.model_dim"}, {&Problem::rank, "problem.rank"},
+              {&Problem::heads, "problem.heads"},         {&Problem::head_dim, "problem.head_dim"}};
+  for (const auto& d : dims) {
+    for (int64_t value : {int64_t{0}, int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
+      SCOPED_TRACE(std::string(d.name) + " = " + std::to_string(value));
+      Problem q = p;
+      q.*d.field = value;
+      expect_invalid(q, a, d.name);
+    }
+  }
+}
+
+TEST_F(Refusals, HeadsTimesHeadDimWiderThanTheWeights) {
+  Problem q = p;
+  q.heads = 3;  // N = 9, the weights' rows hold 6
+  expect_invalid(q, a, "args.w_up_k_stride_row");
+  Args b = a;
+  b.w_up_k_stride_row = p.kv_width() + 3;
+  b.w_up_v_stride_row = p.kv_width() - 1;
+  expect_invalid(b, "args.w_up_v_stride_row");
+}
+
+TEST_F(Refusals, OverlappingStrides) {
+  const struct {
+    int64_t Args::*field;
+    int64_t value;
+    const char* name;
+  } cases[] = {
+      {&Args::hidden_stride_seq, 4, "args.hidden_stride_seq"},      // < D
+      {&Args::hidden_stride_batch, 14, "args.hidden_stride_batch"},  // < S * D
+      {&Args::w_down_stride_row, 3, "args.w_down_stride_row"},      // < R
+      {&Args::w_up_k_stride_row, 5, "args.w_up_k_stride_row"},      // < N
+      {&Args::out_stride_head, 2, "args.out_stride_head"},          // < Dh
+      {&Args::out_stride_seq, 5, "args.out_stride_seq"},            // < H * Dh
+      {&Args::out_stride_batch, 17, "args.out_stride_batch"},       // < S * N
+      {&Args::out_stride_kv, 35, "args.out_stride_kv"},             // K and V overlap
+      {&Args::latent_stride_seq, 3, "args.latent_stride_seq"},      // < R
+      {&Args::latent_stride_batch, 11, "args.latent_stride_batch"},  // < S * R
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Args b = a;
+    b.*c.field = c.value;
+    expect_invalid(b, c.name);
+  }
+}
+
+TEST_F(Refusals, NegativeStrides) {
+  int64_t Args::*const strides[] = {
+      &Args::hidden_stride_batch, &Args::hidden_stride_seq,  &Args::w_down_stride_row,
+      &Args::w_up_k_stride_row,   &Args::w_up_v_stride_row,  &Args::out_stride_kv,
+      &Args::out_stride_batch,    &Args::out_stride_seq,     &Args::out_stride_head,
+      &Args::latent_stride_batch, &Args::latent_stride_seq};
+  const char* names[] = {"args.hidden_stride_batch", "args.hidden_stride_seq",
+                         "args.w_down_stride_row",   "args.w_up_k_stride_row",
+                         "args.w_up_v_stride_row",   "args.out_stride_kv",
+                         "args.out_stride_batch",    "args.out_stride_seq",
+                         "args.out_stride_head",     "args.latent_stride_batch",
+                         "args.latent_stride_seq"};
+  static_assert(std::size(strides) == std::size(names));
+  for (size_t i = 0; i < std::size(strides); ++i) {
+    SCOPED_TRACE(names[i]);
+    Args b = a;
+    b.*strides[i] = -1;
+    expect_invalid(b, names[i]);
+  }
+}
+
+TEST_F(Refusals, LatentOverlappingOut) {
+  Args b = a;
+  b.latent = static_cast<float*>(a.out) + 2 * p.tokens() * p.kv_width() - 1;  // last element of V
+  expect_invalid(b, "args.latent overlaps args.out");
+  b.latent = a.out;
+  expect_invalid(b, "args.latent overlaps args.out");
+  EXPECT_TRUE(run(p, a, cpu).ok()) << "latent right after out does not overlap";
+}
+
+TEST_F(Refusals, OutputsAliasingInputs) {
+  // The outputs buffer is larger than each input, so aliasing it cannot write out of bounds.
+  Args b = a;
+  b.hidden = a.out;
+  expect_invalid(b, "args.out overlaps args.hidden");
+  b = a;
+  b.w_up_v = static_cast<float*>(a.out) + 1;
+  expect_invalid(b, "args.out overlaps args.w_up_v");
+  b = a;
+  b.w_down = a.latent;
+  expect_invalid(b, "args.latent overlaps args.w_down");
+}
+
+TEST_F(Refusals, ElementCountsOverflowInt64) {
+  Problem q = p;
+  q.batch = int64_t{1} << 40;
+  q.seq = int64_t{1} << 40;
+  expect_invalid(q, a, "problem.batch * problem.seq");
+  q = p;
+  q.heads = int64_t{1} << 33;
+  q.head_dim = int64_t{1} << 33;
+  expect_invalid(q, a, "problem.heads * problem.head_dim");
+
+  // T = 2^62 tokens of D = 4: every product fits, but hidden spans ~2^64 elements.
+  q = p;
+  q.batch = int64_t{1} << 31;
+  q.seq = int64_t{1} << 31;
+  q.model_dim = 4;
+  Args b = a;
+  b.hidden_stride_seq = 4;
+  b.hidden_stride_batch = int64_t{1} << 33;
+  expect_invalid(q, b, "args.hidden_stride_batch");
+}
+
+TEST_F(Refusals, HugeStridesOverflowTheSpan) {
+  Args b = a;
+  b.hidden_stride_batch = kHuge;
+  expect_invalid(b, "args.hidden_stride_batch");
+  b = a;
+  b.out_stride_kv = kHuge;
+  expect_invalid(b, "args.out_stride_kv");
+  b = a;
+  b.w_down_stride_row = kHuge / 4;  // fits in elements, not in bytes
+  expect_invalid(b, "w_down spans more than 2^63 bytes");
+  b = a;
+  b.latent_stride_seq = kHuge / 2;
+  expect_invalid(b, "args.latent_stride_seq");
+}
+
+TEST_F(Refusals, LowPrecisionDtypesAreUnsupportedOnCpu) {
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    Problem q = p;
+    q.dtype = dtype;
+    expect_refused(q, a, cpu, StatusCode::kUnsupported, "problem.dtype");
+  }
+}
+
+TEST_F(Refusals, InvalidEnumValues) {
+  Problem q = p;
+  q.dtype = static_cast<DType>(7);
+  expect_invalid(q, a, "problem.dtype = 7");
+  Options o = cpu;
+  o.backend = static_cast<Backend>(9);
+  expect_refused(p, a, o, StatusCode::kInvalidArgument, "options.backend = 9");
+  o = cpu;
+  o.strategy = static_cast<Strategy>(9);
+  expect_refused(p, a, o, StatusCode::kInvalidArgument, "options.strategy");
+}
+
+TEST_F(Refusals, StrategyOfAnotherBackend) {
+  Options o = cpu;
+  o.strategy = Strategy::kCudaFused;
+  expect_refused(p, a, o, StatusCode::kInvalidArgument, "options.strategy = cuda-fused");
+  o.strategy = Strategy::kCpuBlocked;
+  EXPECT_TRUE(run(p, a, o).ok());
+}
+
+TEST_F(Refusals, CudaBackendWithoutDevice) {
+  if (backend_available(Backend::kCuda)) GTEST_SKIP() << "a CUDA device is present";
+  Options o;
+  o.backend = Backend::kCuda;
+  expect_refused(p, a, o, StatusCode::kBackendUnavailable, "options.backend = cuda");
+  EXPECT_EQ(resolve_backend(Backend::kAuto), Backend::kCpu);
+}
+
+}  // namespace
+}  // namespace latentkv::testing

@@ -1,0 +1,455 @@
+// The CUDA backend through the public API, against the float64 reference: random and edge shapes,
+// the presets, padded and unaligned layouts, latent on and off, user streams and CUDA-graph
+// capture, refusals that must leave device memory alone, and bf16/fp16 once a strategy takes them.
+// Device outputs start as 0xFF bytes (NaN in every dtype), so an element never written shows as a
+// non-finite error. Every test skips, and ctest reports it skipped, on a machine with no GPU.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "testing.h"
+
+namespace latentkv::testing {
+namespace {
+
+constexpr uint64_t kSeed = 20261129;
+constexpr int kRandomShapes = 60;
+constexpr int64_t kOddPad = 3;  // odd strides: rows not 16-byte aligned
+constexpr unsigned char kNaNByte = 0xFF;
+
+#define SKIP_WITHOUT_CUDA()                                                        \
+  do {                                                                             \
+    if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";      \
+  } while (0)
+
+#define CUDA_ASSERT(call)                                                          \
+  do {                                                                             \
+    const cudaError_t err_ = (call);                                               \
+    ASSERT_EQ(err_, cudaSuccess) << #call << ": " << cudaGetErrorString(err_);     \
+  } while (0)
+
+// float values (already rounded to dtype) as the dtype's bytes, and back.
+std::vector<unsigned char> encode(const std::vector<float>& values, DType dtype) {
+  const size_t eb = static_cast<size_t>(element_size(dtype));
+  std::vector<unsigned char> bytes(values.size() * eb);
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &values[i], 4);
+    if (dtype == DType::kBFloat16) {
+      const uint16_t top = static_cast<uint16_t>(bits >> 16);  // exact: the value is a bf16
+      std::memcpy(&bytes[i * eb], &top, 2);
+    } else if (dtype == DType::kFloat16) {
+      const __half h = __float2half(values[i]);
+      std::memcpy(&bytes[i * eb], &h, 2);
+    } else {
+      std::memcpy(&bytes[i * eb], &bits, 4);
+    }
+  }
+  return bytes;
+}
+
+std::vector<float> decode(const std::vector<unsigned char>& bytes, DType dtype) {
+  const size_t eb = static_cast<size_t>(element_size(dtype));
+  std::vector<float> values(bytes.size() / eb);
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kBFloat16) {
+      uint16_t top = 0;
+      std::memcpy(&top, &bytes[i * eb], 2);
+      const uint32_t bits = static_cast<uint32_t>(top) << 16;
+      std::memcpy(&values[i], &bits, 4);
+    } else if (dtype == DType::kFloat16) {
+      __half h;
+      std::memcpy(&h, &bytes[i * eb], 2);
+      values[i] = __half2float(h);
+    } else {
+      std::memcpy(&values[i], &bytes[i * eb], 4);
+    }
+  }
+  return values;
+}
+
+// One cudaMalloc'd tensor: `ptr` sits `misalign` elements past the allocation's start.
+struct DeviceTensor {
+  void* base = nullptr;
+  unsigned char* ptr = nullptr;
+  size_t bytes = 0;  // of the tensor's span, from ptr
+
+  DeviceTensor() = default;
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  ~DeviceTensor() {
+    if (base != nullptr) cudaFree(base);
+  }
+
+  cudaError_t allocate(size_t span_bytes, size_t misalign_bytes) {
+    bytes = span_bytes;
+    const cudaError_t err = cudaMalloc(&base, span_bytes + misalign_bytes);
+    ptr = static_cast<unsigned char*>(base) + misalign_bytes;
+    return err;
+  }
+  cudaError_t upload(const std::vector<unsigned char>& host) {
+    return cudaMemcpy(ptr, host.data(), bytes, cudaMemcpyHostToDevice);
+  }
+  cudaError_t download(std::vector<unsigned char>* host) const {
+    host->resize(bytes);
+    return cudaMemcpy(host->data(), ptr, bytes, cudaMemcpyDeviceToHost);
+  }
+};
+
+// A host call (strided_buffers) mirrored on the device with the same strides; every pointer is
+// `misalign` elements past its allocation, outputs poisoned with NaN bytes.
+struct DeviceCall {
+  DType dtype = DType::kFloat32;
+  DeviceTensor hidden, w_down, w_up_k, w_up_v, out, latent;
+  Args args;
+  bool with_latent = false;
+
+  // ASSERTs inside: the caller checks ::testing::Test::HasFatalFailure().
+  void init(const Problem& p, const StridedBuffers& host, int64_t misalign) {
+    dtype = p.dtype;
+    with_latent = host.args.latent != nullptr;
+    const size_t eb = static_cast<size_t>(element_size(dtype));
+    const size_t shift = static_cast<size_t>(misalign) * eb;
+    struct Input {
+      DeviceTensor* tensor;
+      const std::vector<float>* values;
+    };
+    for (const Input& in : {Input{&hidden, &host.hidden}, Input{&w_down, &host.w_down},
+                            Input{&w_up_k, &host.w_up_k}, Input{&w_up_v, &host.w_up_v}}) {
+      CUDA_ASSERT(in.tensor->allocate(in.values->size() * eb, shift));
+      CUDA_ASSERT(in.tensor->upload(encode(*in.values, dtype)));
+    }
+    CUDA_ASSERT(out.allocate(host.out.size() * eb, shift));
+    if (with_latent) CUDA_ASSERT(latent.allocate(host.latent.size() * eb, shift));
+    CUDA_ASSERT(poison(nullptr));
+    CUDA_ASSERT(cudaDeviceSynchronize());  // before a run on a stream that does not wait for it
+    args = host.args;
+    args.hidden = hidden.ptr;
+    args.w_down = w_down.ptr;
+    args.w_up_k = w_up_k.ptr;
+    args.w_up_v = w_up_v.ptr;
+    args.out = out.ptr;
+    args.latent = with_latent ? latent.ptr : nullptr;
+  }
+
+  cudaError_t poison(cudaStream_t stream) {
+    cudaError_t err = cudaMemsetAsync(out.ptr, kNaNByte, out.bytes, stream);
+    if (err == cudaSuccess && with_latent) {
+      err = cudaMemsetAsync(latent.ptr, kNaNByte, latent.bytes, stream);
+    }
+    return err;
+  }
+};
+
+Options cuda_options(cudaStream_t stream = nullptr) {
+  Options o;
+  o.backend = Backend::kCuda;
+  o.stream = stream;
+  return o;
+}
+
+// Reads a device output back and compares it with the reference: finite, within tolerance, and
+// nothing written outside the tensor's own elements.
+void expect_output_matches(const DeviceTensor& tensor, DType dtype,
+                           const std::vector<int64_t>& offsets, const std::vector<double>& ref,
+                           double tolerance, const char* name) {
+  std::vector<unsigned char> bytes;
+  CUDA_ASSERT(tensor.download(&bytes));
+  const std::vector<float> buffer = decode(bytes, dtype);
+  const double err = relative_error(gather(buffer.data(), offsets).data(), ref);
+  EXPECT_LE(err, tolerance) << name;
+  EXPECT_EQ(count_not_nan(buffer), static_cast<int64_t>(offsets.size()))
+      << name << ": padding was written";
+}
+
+// Inputs of one problem, its float64 results and the tolerances they are held to: float32 at
+// kFloat32Tolerance; bf16/fp16 within 2x the error of the unfused same-precision baseline (what
+// eager PyTorch does: the latent and each output rounded to dtype, sums exact).
+struct Expected {
+  HostInputs in;
+  std::vector<double> out, latent;
+  double out_tolerance = kFloat32Tolerance;
+  double latent_tolerance = kFloat32Tolerance;
+};
+
+double error_of(const std::vector<double>& got, const std::vector<double>& ref) {
+  const std::vector<float> as_float(got.begin(), got.end());
+  return relative_error(as_float.data(), ref);
+}
+
+Expected expected_for(const Problem& p) {
+  Expected e;
+  e.in = random_inputs(p, kSeed);
+  reference_kv_proj(p, e.in, &e.out, &e.latent);
+  if (p.dtype == DType::kFloat32) return e;
+  std::vector<double> latent = e.latent;
+  for (double& x : latent) x = round_to_dtype(static_cast<float>(x), p.dtype);
+  const int64_t t_count = p.tokens(), r_count = p.rank, n = p.kv_width();
+  std::vector<double> out(static_cast<size_t>(2 * t_count * n), 0.0);  // [2, T, N]
+  for (int half = 0; half < 2; ++half) {
+    const std::vector<float>& w = half == 0 ? e.in.w_up_k : e.in.w_up_v;
+    for (int64_t t = 0; t < t_count; ++t) {
+      double* row = out.data() + (half * t_count + t) * n;
+      for (int64_t r = 0; r < r_count; ++r) {
+        const double l = latent[t * r_count + r];
+        for (int64_t j = 0; j < n; ++j) row[j] += l * w[r * n + j];
+      }
+      for (int64_t j = 0; j < n; ++j) row[j] = round_to_dtype(static_cast<float>(row[j]), p.dtype);
+    }
+  }
+  e.out_tolerance = 2.0 * error_of(out, e.out);
+  e.latent_tolerance = 2.0 * error_of(latent, e.latent);
+  return e;
+}
+
+// Runs p on CUDA under `strides` (every pointer `misalign` elements off its allocation) on
+// `stream` and compares out and latent with the expected results. A bf16/fp16 problem that run()
+// answers kUnsupported skips the test with the library's message.
+void expect_cuda_matches(const Problem& p, const Expected& e, const Args& strides,
+                         bool with_latent, int64_t misalign = 0, cudaStream_t stream = nullptr) {
+  SCOPED_TRACE(p.to_string() + (with_latent ? ", latent" : ", no latent") + ", pad " +
+               std::to_string(strides.out_stride_head - p.head_dim) + ", misalign " +
+               std::to_string(misalign));
+  const StridedBuffers host = strided_buffers(p, e.in, strides, with_latent);
+  DeviceCall dev;
+  dev.init(p, host, misalign);
+  if (::testing::Test::HasFatalFailure()) return;
+
+  const Status s = run(p, dev.args, cuda_options(stream));
+  if (p.dtype != DType::kFloat32 && s.code() == StatusCode::kUnsupported) {
+    GTEST_SKIP() << s.message();
+  }
+  ASSERT_TRUE(s.ok()) << to_string(s.code()) << ": " << s.message();
+  CUDA_ASSERT(cudaStreamSynchronize(stream));
+  CUDA_ASSERT(cudaGetLastError());
+  expect_output_matches(dev.out, p.dtype, host.out_offsets, e.out, e.out_tolerance, "out");
+  if (with_latent) {
+    expect_output_matches(dev.latent, p.dtype, host.latent_offsets, e.latent,
+                          e.latent_tolerance, "latent");
+  }
+}
+
+// Packed and odd-padded strides, latent off and on.
+void expect_all_layouts_match(const Problem& p) {
+  const Expected e = expected_for(p);
+  for (int64_t pad : {int64_t{0}, kOddPad}) {
+    for (bool with_latent : {false, true}) {
+      expect_cuda_matches(p, e, padded_args(p, pad), with_latent);
+      if (::testing::Test::HasFatalFailure() || ::testing::Test::IsSkipped()) return;
+    }
+  }
+}
+
+std::string shape_name(const ::testing::TestParamInfo<Problem>& info) {
+  const Problem& p = info.param;
+  return std::to_string(info.index) + "_B" + std::to_string(p.batch) + "_S" +
+         std::to_string(p.seq) + "_D" + std::to_string(p.model_dim) + "_R" +
+         std::to_string(p.rank) + "_H" + std::to_string(p.heads) + "_Dh" +
+         std::to_string(p.head_dim);
+}
+
+class GpuShapes : public ::testing::TestWithParam<Problem> {};
+
+TEST_P(GpuShapes, MatchesFloat64) {
+  SKIP_WITHOUT_CUDA();
+  expect_all_layouts_match(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Random, GpuShapes,
+                         ::testing::ValuesIn(random_shapes(kRandomShapes, kSeed)), shape_name);
+INSTANTIATE_TEST_SUITE_P(Edge, GpuShapes, ::testing::ValuesIn(edge_shapes()), shape_name);
+
+class GpuPresets : public ::testing::TestWithParam<std::string> {};
+
+// The founding case, T = 6144 (seed-x16) and the DeepSeek shapes.
+TEST_P(GpuPresets, MatchFloat64) {
+  SKIP_WITHOUT_CUDA();
+  Problem p;
+  ASSERT_TRUE(find_preset(GetParam(), &p));
+  expect_all_layouts_match(p);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GpuPresets,
+                         ::testing::Values("seed", "seed-x16", "deepseek-v2-lite", "deepseek-v3"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+// Pointers 4 bytes past a 16-byte boundary and odd strides: no vector load may assume alignment.
+TEST(GpuLayouts, Unaligned) {
+  SKIP_WITHOUT_CUDA();
+  Problem seed;
+  ASSERT_TRUE(find_preset("seed", &seed));
+  std::vector<Problem> shapes = {seed};
+  for (const Problem& p : edge_shapes()) {
+    if (p.model_dim % 4 != 0 || p.rank % 4 != 0 || p.kv_width() % 4 != 0) shapes.push_back(p);
+  }
+  for (const Problem& p : shapes) {
+    const Expected e = expected_for(p);
+    for (int64_t pad : {int64_t{0}, int64_t{1}}) {
+      for (bool with_latent : {false, true}) {
+        expect_cuda_matches(p, e, padded_args(p, pad), with_latent, 1);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// The fused strategy forced by name takes what kAuto takes; a CPU strategy is refused.
+TEST(GpuStrategies, ForcedStrategies) {
+  SKIP_WITHOUT_CUDA();
+  Problem p;
+  ASSERT_TRUE(find_preset("seed", &p));
+  const HostInputs in = random_inputs(p, kSeed);
+  const StridedBuffers host = strided_buffers(p, in, padded_args(p, 0), true);
+  DeviceCall dev;
+  dev.init(p, host, 0);
+  if (::testing::Test::HasFatalFailure()) return;
+  Options o = cuda_options();
+  Strategy chosen = Strategy::kAuto;
+  ASSERT_TRUE(select_strategy(p, dev.args, o, &chosen).ok());
+  EXPECT_EQ(chosen, Strategy::kCudaFused);
+  o.strategy = Strategy::kCudaFused;
+  const Status forced = run(p, dev.args, o);
+  EXPECT_TRUE(forced.ok()) << forced.message();
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  o.strategy = Strategy::kCpuBlocked;
+  const Status wrong = run(p, dev.args, o);
+  EXPECT_EQ(wrong.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("options.strategy"), std::string::npos) << wrong.message();
+}
+
+// A refused call writes nothing: device out and latent keep their byte pattern.
+TEST(GpuRefusals, LeaveDeviceOutputsUntouched) {
+  SKIP_WITHOUT_CUDA();
+  Problem p;
+  ASSERT_TRUE(find_preset("seed", &p));
+  const HostInputs in = random_inputs(p, kSeed);
+  const StridedBuffers host = strided_buffers(p, in, padded_args(p, 0), true);
+  DeviceCall dev;
+  dev.init(p, host, 0);
+  if (::testing::Test::HasFatalFailure()) return;
+  constexpr unsigned char kSentinel = 0x5A;
+  Args overlapping = dev.args;
+  overlapping.hidden_stride_seq = p.model_dim - 1;
+  Args aliasing = dev.args;
+  aliasing.latent = dev.args.out;
+  Problem wide = p;
+  wide.heads += 1;  // wider than the weights' rows
+  const struct {
+    Problem problem;
+    Args args;
+    const char* needle;
+  } refusals[] = {{p, overlapping, "args.hidden_stride_seq"},
+                  {p, aliasing, "args.latent overlaps args.out"},
+                  {wide, dev.args, "args.w_up_k_stride_row"}};
+  for (const auto& r : refusals) {
+    CUDA_ASSERT(cudaMemset(dev.out.ptr, kSentinel, dev.out.bytes));
+    CUDA_ASSERT(cudaMemset(dev.latent.ptr, kSentinel, dev.latent.bytes));
+    const Status s = run(r.problem, r.args, cuda_options());
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+    EXPECT_NE(s.message().find(r.needle), std::string::npos) << s.message();
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    for (const DeviceTensor* t : {&dev.out, &dev.latent}) {
+      std::vector<unsigned char> bytes;
+      CUDA_ASSERT(t->download(&bytes));
+      EXPECT_EQ(std::count(bytes.begin(), bytes.end(), kSentinel),
+                static_cast<std::ptrdiff_t>(bytes.size()))
+          << "bytes changed by a refused call: " << r.needle;
+    }
+  }
+}
+
+// RAII for the stream and graph objects of the tests below.
+struct OwnedStream {
+  cudaStream_t stream = nullptr;
+  ~OwnedStream() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+struct OwnedGraph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~OwnedGraph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+};
+
+// run() enqueues on the caller's stream: a non-blocking stream, synchronized alone, has the result.
+TEST(GpuStreams, RunsOnAUserStream) {
+  SKIP_WITHOUT_CUDA();
+  OwnedStream s;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  Problem p;
+  ASSERT_TRUE(find_preset("seed", &p));
+  expect_cuda_matches(p, expected_for(p), padded_args(p, kOddPad), true, 0, s.stream);
+}
+
+// run() may be captured into a CUDA graph (no allocation, no synchronization, nothing on another
+// stream: global capture mode turns any of those into an error) and the replayed graph computes
+// the right result, twice.
+TEST(GpuStreams, CapturableInACudaGraph) {
+  SKIP_WITHOUT_CUDA();
+  Problem p;
+  ASSERT_TRUE(find_preset("seed", &p));
+  const Expected e = expected_for(p);
+  const StridedBuffers host = strided_buffers(p, e.in, padded_args(p, kOddPad), true);
+  DeviceCall dev;
+  dev.init(p, host, 0);
+  if (::testing::Test::HasFatalFailure()) return;
+  OwnedStream s;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  OwnedGraph g;
+  CUDA_ASSERT(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeGlobal));
+  const Status captured = run(p, dev.args, cuda_options(s.stream));
+  CUDA_ASSERT(cudaStreamEndCapture(s.stream, &g.graph));
+  ASSERT_TRUE(captured.ok()) << captured.message();
+  CUDA_ASSERT(cudaGraphInstantiate(&g.exec, g.graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    CUDA_ASSERT(dev.poison(s.stream));
+    CUDA_ASSERT(cudaGraphLaunch(g.exec, s.stream));
+    CUDA_ASSERT(cudaStreamSynchronize(s.stream));
+    expect_output_matches(dev.out, p.dtype, host.out_offsets, e.out, e.out_tolerance, "out");
+    expect_output_matches(dev.latent, p.dtype, host.latent_offsets, e.latent, e.latent_tolerance,
+                          "latent");
+  }
+}
+
+class GpuLowPrecision : public ::testing::TestWithParam<DType> {};
+
+// bf16/fp16: skipped with the library's message while run() answers kUnsupported.
+TEST_P(GpuLowPrecision, WithinTwiceTheUnfusedError) {
+  SKIP_WITHOUT_CUDA();
+  std::vector<Problem> shapes;
+  for (const char* name : {"seed", "deepseek-v2-lite"}) {
+    Problem p;
+    ASSERT_TRUE(find_preset(name, &p)) << name;
+    shapes.push_back(p);
+  }
+  for (const Problem& p : edge_shapes()) shapes.push_back(p);
+  for (Problem p : shapes) {
+    p.dtype = GetParam();
+    expect_all_layouts_match(p);
+    if (::testing::Test::HasFatalFailure() || ::testing::Test::IsSkipped()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GpuLowPrecision,
+                         ::testing::Values(DType::kBFloat16, DType::kFloat16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(info.param == DType::kBFloat16 ? "bf16" : "fp16");
+                         });
+
+}  // namespace
+}  // namespace latentkv::testing

@@ -229,6 +229,11 @@ class CudaTarget final : public Target {
       sets_ = static_cast<int>(std::min(kMaxInputSets, (3 * l2 + set_bytes - 1) / set_bytes));
     }
     BENCH_CHECK(cudaMalloc(&slab_, set_bytes * static_cast<size_t>(sets_)));
+    // Scratch for strategies that materialize the latent (allocated once, like a real caller).
+    Options cuda;
+    cuda.backend = Backend::kCuda;
+    workspace_bytes_ = workspace_size(problem, cuda);
+    if (workspace_bytes_ > 0) BENCH_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
 
     // Everything on stream_, which does not order with the legacy default stream that plain
     // cudaMemcpy uses (a device-to-device cudaMemcpy would not even wait for the host).
@@ -246,13 +251,19 @@ class CudaTarget final : public Target {
     }
     BENCH_CHECK(cudaStreamSynchronize(stream_));
   }
-  ~CudaTarget() override { cudaFree(slab_); }
+  ~CudaTarget() override {
+    cudaFree(slab_);
+    cudaFree(workspace_);
+  }
 
   int input_sets() const override { return sets_; }
   Args args(int set) override {
     char* base = slab_ + static_cast<size_t>(set) * offset_[kTensors];
-    return contiguous_args(problem_, base + offset_[kHidden], base + offset_[kWDown],
-                           base + offset_[kWUpK], base + offset_[kWUpV], base + offset_[kOut]);
+    Args a = contiguous_args(problem_, base + offset_[kHidden], base + offset_[kWDown],
+                             base + offset_[kWUpK], base + offset_[kWUpV], base + offset_[kOut]);
+    a.workspace = workspace_;
+    a.workspace_bytes = workspace_bytes_;
+    return a;
   }
   Stream stream() const override { return stream_; }
 
@@ -310,7 +321,9 @@ class CudaTarget final : public Target {
   size_t bytes_[kTensors] = {};
   size_t offset_[kTensors + 1] = {};  // within one input set; offset_[kTensors] = the set's size
   int sets_ = 1;
-  char* slab_ = nullptr;  // sets_ input sets back to back
+  char* slab_ = nullptr;
+  void* workspace_ = nullptr;
+  int64_t workspace_bytes_ = 0;  // sets_ input sets back to back
 };
 
 // Median GPU time of one `enqueue`, a few warm-up runs first: for the ceilings, whose single

@@ -42,7 +42,7 @@ shape
                          call and non-float32 cases are skipped (and said so)
 backend
   --backend NAME         auto | cpu | cuda (default auto)
-  --strategy NAME        auto | cpu-blocked | cuda-fused: force one strategy (default auto);
+  --strategy NAME        auto | cpu-blocked | cuda-fused | cuda-gemm: force one strategy (default auto);
                          with --backend auto it also picks the backend
 timing
   --warmup N             unmeasured runs first (default 10)
@@ -123,7 +123,8 @@ bool parse_token_list(const std::string& text, std::vector<int64_t>* tokens) {
 Backend backend_of(Strategy strategy) {
   switch (strategy) {
     case Strategy::kCpuBlocked: return Backend::kCpu;
-    case Strategy::kCudaFused: return Backend::kCuda;
+    case Strategy::kCudaFused:
+    case Strategy::kCudaGemm: return Backend::kCuda;
     case Strategy::kAuto: break;
   }
   return Backend::kAuto;
@@ -229,10 +230,12 @@ int parse_options(int argc, char** argv, BenchOptions* options) {
         return bad_option("--backend = '" + value + "': expected auto, cpu or cuda");
       }
     } else if (arg == "--strategy") {
-      if (!parse_enum(value, {Strategy::kAuto, Strategy::kCpuBlocked, Strategy::kCudaFused},
+      if (!parse_enum(value,
+                      {Strategy::kAuto, Strategy::kCpuBlocked, Strategy::kCudaFused,
+                       Strategy::kCudaGemm},
                       &options->strategy)) {
         return bad_option("--strategy = '" + value +
-                          "': expected auto, cpu-blocked or cuda-fused");
+                          "': expected auto, cpu-blocked, cuda-fused or cuda-gemm");
       }
     } else if (arg == "--seconds") {
       if (!parse_seconds(value, &options->timing.seconds)) {

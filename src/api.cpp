@@ -46,6 +46,7 @@ const char* to_string(Strategy strategy) {
     case Strategy::kAuto: return "auto";
     case Strategy::kCpuBlocked: return "cpu-blocked";
     case Strategy::kCudaFused: return "cuda-fused";
+    case Strategy::kCudaGemm: return "cuda-gemm";
   }
   return "unknown strategy";
 }
@@ -241,7 +242,7 @@ Status check_args(const Problem& p, const Args& a) {
                           {p.head_dim, 1, nullptr}};
   LATENTKV_RETURN_IF_ERROR(check_layout("out", out_dims, 5, eb, &out));
 
-  Range outputs[2] = {byte_range("out", a.out, out, eb), {}};
+  Range outputs[3] = {byte_range("out", a.out, out, eb), {}, {}};
   int num_outputs = 1;
   if (a.latent != nullptr) {
     const Dim latent_dims[] = {{p.batch, a.latent_stride_batch, "args.latent_stride_batch"},
@@ -252,6 +253,20 @@ Status check_args(const Problem& p, const Args& a) {
     if (overlaps(outputs[0], outputs[1])) {
       return invalid("args.latent overlaps args.out in memory");
     }
+  }
+  if (a.workspace != nullptr) {
+    if (a.workspace_bytes <= 0) {
+      return invalid("args.workspace_bytes = " + std::to_string(a.workspace_bytes) +
+                     " must be positive when args.workspace is set");
+    }
+    const uintptr_t w = reinterpret_cast<uintptr_t>(a.workspace);
+    const Range workspace{"workspace", w, w + static_cast<uintptr_t>(a.workspace_bytes)};
+    for (int o = 0; o < num_outputs; ++o) {
+      if (overlaps(workspace, outputs[o])) {
+        return invalid(std::string("args.workspace overlaps args.") + outputs[o].name);
+      }
+    }
+    outputs[num_outputs++] = workspace;  // an output too: nothing may alias it
   }
   const Range inputs[] = {byte_range("hidden", a.hidden, hidden, eb),
                           byte_range("w_down", a.w_down, w_down, eb),
@@ -268,7 +283,7 @@ Status check_args(const Problem& p, const Args& a) {
   return Status::Ok();
 }
 
-Status choose(const Problem& p, const Options& o, Strategy* chosen) {
+Status choose(const Problem& p, const Args& a, const Options& o, Strategy* chosen) {
   const Backend backend = resolve_backend(o.backend);
   if (backend == Backend::kCpu) {
     if (o.strategy != Strategy::kAuto && o.strategy != Strategy::kCpuBlocked) {
@@ -288,14 +303,40 @@ Status choose(const Problem& p, const Options& o, Strategy* chosen) {
             "options.backend = cuda, but no CUDA device is present (or CUDA support is not "
             "compiled in)"};
   }
-  if (o.strategy != Strategy::kAuto && o.strategy != Strategy::kCudaFused) {
-    return {StatusCode::kInvalidArgument, std::string("options.strategy = ") +
-                                              to_string(o.strategy) +
-                                              " does not run on options.backend = cuda"};
+  switch (o.strategy) {
+    case Strategy::kCudaFused:
+      LATENTKV_RETURN_IF_ERROR(detail::cuda_fused_supports(p));
+      *chosen = Strategy::kCudaFused;
+      return Status::Ok();
+    case Strategy::kCudaGemm:
+      LATENTKV_RETURN_IF_ERROR(detail::cuda_gemm_supports(p, a));
+      *chosen = Strategy::kCudaGemm;
+      return Status::Ok();
+    case Strategy::kAuto: break;
+    default:
+      return {StatusCode::kInvalidArgument, std::string("options.strategy = ") +
+                                                to_string(o.strategy) +
+                                                " does not run on options.backend = cuda"};
   }
-  LATENTKV_RETURN_IF_ERROR(detail::cuda_fused_supports(p));
-  *chosen = Strategy::kCudaFused;
-  return Status::Ok();
+  // The fused kernel where launches and round trips dominate (few tokens, small weights); cuBLAS
+  // where the work is GEMM-sized and the fused FFMA kernel would lose to it; the fused kernel again
+  // when cuBLAS cannot take the call (no latent buffer or workspace, heads not packed).
+  const Status fused = detail::cuda_fused_supports(p);
+  if (fused.ok() && detail::cuda_fused_preferred(p)) {
+    *chosen = Strategy::kCudaFused;
+    return Status::Ok();
+  }
+  const Status gemm = detail::cuda_gemm_supports(p, a);
+  if (gemm.ok()) {
+    *chosen = Strategy::kCudaGemm;
+    return Status::Ok();
+  }
+  if (fused.ok()) {
+    *chosen = Strategy::kCudaFused;
+    return Status::Ok();
+  }
+  return {gemm.code(), "no CUDA strategy takes " + p.to_string() + ": cuda-fused: " +
+                           fused.message() + "; cuda-gemm: " + gemm.message()};
 }
 
 }  // namespace
@@ -310,9 +351,18 @@ Status select_strategy(const Problem& problem, const Args& args, const Options& 
                    " is not a Backend");
   }
   Strategy chosen = Strategy::kAuto;
-  LATENTKV_RETURN_IF_ERROR(choose(problem, options, &chosen));
+  LATENTKV_RETURN_IF_ERROR(choose(problem, args, options, &chosen));
   if (strategy != nullptr) *strategy = chosen;
   return Status::Ok();
+}
+
+int64_t workspace_size(const Problem& problem, const Options& options) {
+  if (!check_problem(problem).ok() || resolve_backend(options.backend) != Backend::kCuda) return 0;
+  const bool gemm = options.strategy == Strategy::kCudaGemm ||
+                    (options.strategy == Strategy::kAuto &&
+                     !(detail::cuda_fused_supports(problem).ok() &&
+                       detail::cuda_fused_preferred(problem)));
+  return gemm ? detail::cuda_gemm_workspace_size(problem) : 0;
 }
 
 Status check(const Problem& problem, const Args& args, const Options& options) {
@@ -325,6 +375,7 @@ Status run(const Problem& problem, const Args& args, const Options& options) {
   switch (strategy) {
     case Strategy::kCpuBlocked: return detail::run_cpu_blocked(problem, args);
     case Strategy::kCudaFused: return detail::run_cuda_fused(problem, args, options.stream);
+    case Strategy::kCudaGemm: return detail::run_cuda_gemm(problem, args, options.stream);
     case Strategy::kAuto: break;
   }
   return {StatusCode::kUnsupported, "no strategy takes " + problem.to_string()};

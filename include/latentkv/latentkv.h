@@ -94,6 +94,12 @@ struct Args {
   void* latent = nullptr;  // [B, S, R], optional: written when not null (what the MLA cache stores)
   int64_t latent_stride_batch = 0;
   int64_t latent_stride_seq = 0;
+
+  // Scratch for strategies that materialize the latent in device memory when args.latent is null
+  // (workspace_size() says how much; 0 for the fused kernel). May be null: such strategies are then
+  // skipped by kAuto and refused when forced.
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
 };
 
 // Args for densely packed tensors; latent may be null.
@@ -105,7 +111,9 @@ Args contiguous_args(const Problem& problem, const void* hidden, const void* w_d
 enum class Strategy {
   kAuto,
   kCpuBlocked,  // CPU: blocked, vectorized, threaded over token tiles
-  kCudaFused,   // CUDA: one launch, latent kept in shared memory
+  kCudaFused,   // CUDA: one launch, latent kept in shared memory (float32)
+  kCudaGemm,    // CUDA: cuBLAS GEMMs on tensor cores / FFMA, K and V written straight into the
+                // stacked output (no stack copy); the latent goes to args.latent or the workspace
 };
 const char* to_string(Strategy strategy);
 
@@ -119,6 +127,10 @@ struct Options {
 bool backend_available(Backend backend);
 // kAuto resolves to kCuda when available, else kCpu.
 Backend resolve_backend(Backend backend);
+
+// Bytes of args.workspace that the strategy run() would choose, given a workspace, needs when
+// args.latent is null; 0 when that strategy needs none (the fused kernel, the CPU).
+int64_t workspace_size(const Problem& problem, const Options& options = {});
 
 // Validates everything run() needs; writes and launches nothing.
 Status check(const Problem& problem, const Args& args, const Options& options = {});

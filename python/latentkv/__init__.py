@@ -73,9 +73,10 @@ def kv_proj(hidden, w_down, w_up_k, w_up_v, num_heads, *, latent_out=None):
     """
     if type(hidden) is _ndarray:
         out = _np_empty(_out_shape(hidden, w_up_k, num_heads), hidden.dtype)
-        if not _C_kv_proj(hidden, w_down, w_up_k, w_up_v, out, latent_out):
-            # A zero dimension: nothing for latentkv to compute, the result is empty or an empty sum
-            # (zeros); only the latent can still be non-trivial (H*Dh = 0 alone).
+        if _C_kv_proj(hidden, w_down, w_up_k, w_up_v, out, latent_out) != 1:
+            # A zero dimension (the CPU backend never asks for a workspace): nothing for latentkv
+            # to compute, the result is empty or an empty sum (zeros); only the latent can still
+            # be non-trivial (H*Dh = 0 alone).
             out[...] = 0
             if latent_out is not None:
                 latent_out[...] = hidden @ w_down

@@ -32,9 +32,10 @@ _EXCHANGE_API = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
 _to_dlpack = torch._C._to_dlpack
 
 
-def _run_capsules(hidden, w_down, w_up_k, w_up_v, out, latent_out):
+def _run_capsules(hidden, w_down, w_up_k, w_up_v, out, latent_out, stream=None, workspace=None):
     """The binding call for torch < 2.10: capsules without stream sync, the stream passed."""
-    stream = torch.cuda.current_stream(hidden.device).cuda_stream if hidden.is_cuda else None
+    if stream is None and hidden.is_cuda:
+        stream = torch.cuda.current_stream(hidden.device).cuda_stream
     return _C_kv_proj(
         _to_dlpack(hidden.detach()),
         _to_dlpack(w_down.detach()),
@@ -43,11 +44,29 @@ def _run_capsules(hidden, w_down, w_up_k, w_up_v, out, latent_out):
         _to_dlpack(out),
         None if latent_out is None else _to_dlpack(latent_out),
         stream,
+        None if workspace is None else _to_dlpack(workspace),
     )
 
 
-# _run(hidden, w_down, w_up_k, w_up_v, out, latent_out) -> False when a dimension is zero (no run).
+# _run(hidden, w_down, w_up_k, w_up_v, out, latent_out[, stream, workspace]) -> 1 when it ran;
+# 0 or -bytes when it did not (see _finish).
 _run = _C_kv_proj if _EXCHANGE_API else _run_capsules
+
+
+def _finish(status, hidden, w_down, w_up_k, w_up_v, out, latent_out):
+    """The uncommon outcomes of _run. 0: a zero dimension, nothing to compute; the result is empty
+    or an empty sum (zeros), and only the latent may be non-trivial (H*Dh = 0 alone). -bytes: the
+    strategy latentkv prefers for this call (cuBLAS for GEMM-sized work, or a dtype only it takes)
+    wants scratch for the latent; it comes from torch's allocator, so it follows the stream and
+    CUDA-graph pools like any other temporary."""
+    if status == 0:
+        out.zero_()
+        if latent_out is not None:
+            latent_out.copy_(hidden @ w_down)
+        return
+    workspace = hidden.new_empty(-status, dtype=torch.uint8)
+    _run(hidden, w_down, w_up_k, w_up_v, out, latent_out, None, workspace)
+
 
 _lib = torch.library.Library("latentkv", "DEF")
 _lib.define(
@@ -61,16 +80,17 @@ _lib.define(
 
 def _kv_proj_kernel(hidden, w_down, w_up_k, w_up_v, num_heads):
     out = hidden.new_empty(_out_shape(hidden, w_up_k, num_heads))
-    if not _run(hidden, w_down, w_up_k, w_up_v, out, None):
-        out.zero_()
+    status = _run(hidden, w_down, w_up_k, w_up_v, out, None)
+    if status != 1:
+        _finish(status, hidden, w_down, w_up_k, w_up_v, out, None)
     return out
 
 
 def _kv_proj_with_latent_kernel(hidden, w_down, w_up_k, w_up_v, num_heads, latent_out):
     out = hidden.new_empty(_out_shape(hidden, w_up_k, num_heads))
-    if not _run(hidden, w_down, w_up_k, w_up_v, out, latent_out):
-        out.zero_()
-        latent_out.copy_(hidden @ w_down)  # a zero dimension; the latent may still be non-trivial
+    status = _run(hidden, w_down, w_up_k, w_up_v, out, latent_out)
+    if status != 1:
+        _finish(status, hidden, w_down, w_up_k, w_up_v, out, latent_out)
     return out
 
 

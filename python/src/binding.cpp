@@ -8,7 +8,10 @@
 // __dlpack__ (which costs ~2 us per tensor in torch, refuses tensors that require grad, and may
 // record cross-stream events); everything else goes through nanobind's ndarray import.
 // A refused call raises ValueError (shapes, strides, devices, what a backend cannot run) or
-// TypeError (dtypes, non-arrays) with latentkv's message, and writes nothing.
+// TypeError (dtypes, non-arrays) with latentkv's message, and writes nothing. The binding never
+// allocates: when the strategy the dispatcher prefers needs scratch (cuBLAS, for the latent), it
+// returns the byte count and the caller, which owns the allocator (torch's, stream- and
+// graph-aware), calls again with a workspace.
 #include <cuda_runtime.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -118,7 +121,7 @@ struct View {
 // Arrays that came through nanobind stay referenced here until run() returns.
 struct Keep {
   nb::ndarray<nb::ro> inputs[4];
-  nb::ndarray<> outputs[2];
+  nb::ndarray<> outputs[3];
   int num_inputs = 0;
   int num_outputs = 0;
 };
@@ -303,12 +306,23 @@ class CudaDeviceGuard {
   bool switched_ = false;
 };
 
+// What kv_proj returns: it ran; nothing to run (a zero dimension: the caller fills the empty or
+// zero result the unfused matmuls would give); or (negative) -bytes of workspace to pass in a
+// second call, nothing ran.
+constexpr int64_t kRan = 1, kNothingToRun = 0;
+
+// Bytes of workspace this call should get from the caller, else 0: what the strategy the
+// dispatcher would pick, given scratch, needs for the latent when latent_out is not passed.
+int64_t workspace_wanted(const latentkv::Problem& p, const latentkv::Args& a,
+                         const latentkv::Options& options) {
+  if (a.latent != nullptr || a.workspace != nullptr) return 0;
+  return latentkv::workspace_size(p, options);
+}
+
 // kv_proj and _noop share everything but the call to run(): _noop measures the binding's own cost.
-// Returns False, without running, when a dimension is zero (the caller fills the empty or zero
-// result, as the unfused matmuls would give); True after a successful run.
 template <bool kRun>
-bool kv_proj(nb::handle hidden, nb::handle w_down, nb::handle w_up_k, nb::handle w_up_v,
-             nb::handle out, nb::handle latent_out, nb::handle stream) {
+int64_t kv_proj(nb::handle hidden, nb::handle w_down, nb::handle w_up_k, nb::handle w_up_v,
+                nb::handle out, nb::handle latent_out, nb::handle stream, nb::handle workspace) {
   Keep keep;
   View h, wd, wk, wv, o, l;
   read_view(hidden, "hidden", 3, false, &h, &keep);
@@ -318,6 +332,9 @@ bool kv_proj(nb::handle hidden, nb::handle w_down, nb::handle w_up_k, nb::handle
   read_view(out, "out", 5, true, &o, &keep);
   const bool has_latent = !latent_out.is_none();
   if (has_latent) read_view(latent_out, "latent_out", 3, true, &l, &keep);
+  View ws;
+  const bool has_workspace = !workspace.is_none();
+  if (has_workspace) read_view(workspace, "workspace", 1, true, &ws, &keep);
   View* views[] = {&h, &wd, &wk, &wv, &o, &l};
   const int num_views = has_latent ? 6 : 5;
 
@@ -376,9 +393,14 @@ bool kv_proj(nb::handle hidden, nb::handle w_down, nb::handle w_up_k, nb::handle
     shape_error(l, "expected (B, S, R) = (" + std::to_string(p.batch) + ", " +
                        std::to_string(p.seq) + ", " + std::to_string(p.rank) + ")");
   }
+  if (has_workspace && (ws.device_type != h.device_type || ws.device_id != h.device_id)) {
+    throw nb::value_error(("workspace is on " + device_name(ws.device_type, ws.device_id) +
+                           " but hidden is on " + device_name(h.device_type, h.device_id))
+                              .c_str());
+  }
   if (p.batch == 0 || p.seq == 0 || p.model_dim == 0 || p.rank == 0 || p.heads == 0 ||
       p.head_dim == 0) {
-    return false;
+    return kNothingToRun;
   }
   for (int i = 0; i < num_views; ++i) normalize_strides(views[i]);
 
@@ -403,6 +425,14 @@ bool kv_proj(nb::handle hidden, nb::handle w_down, nb::handle w_up_k, nb::handle
     a.latent_stride_seq = l.strides[1];
   }
 
+  if (has_workspace) {
+    if (ws.shape[0] > 1 && ws.strides[0] != 1) {
+      throw nb::value_error("workspace must be contiguous");
+    }
+    a.workspace = ws.data;
+    a.workspace_bytes = ws.shape[0] * ((ws.dtype.bits * ws.dtype.lanes + 7) / 8);
+  }
+
   latentkv::Options options;
   options.backend = backend;
   if (backend == latentkv::Backend::kCuda) {
@@ -417,6 +447,7 @@ bool kv_proj(nb::handle hidden, nb::handle w_down, nb::handle w_up_k, nb::handle
       if (h.api->current_work_stream(kDlCuda, h.device_id, &s) != 0) throw nb::python_error();
     }
     options.stream = static_cast<latentkv::Stream>(s);
+    if (const int64_t bytes = workspace_wanted(p, a, options)) return -bytes;
   }
 
   latentkv::Status status;
@@ -430,18 +461,21 @@ bool kv_proj(nb::handle hidden, nb::handle w_down, nb::handle w_up_k, nb::handle
     }
   }
   if (!status.ok()) raise_status(status);
-  return true;
+  return kRan;
 }
 
 constexpr const char* kKvProjDoc =
-    "kv_proj(hidden, w_down, w_up_k, w_up_v, out, latent_out=None, stream=None) -> bool\n\n"
+    "kv_proj(hidden, w_down, w_up_k, w_up_v, out, latent_out=None, stream=None, workspace=None)"
+    " -> int\n\n"
     "Writes stack([k, v]) of the MLA low-rank KV projection into out (2, B, S, H, Dh), and the\n"
     "latent (B, S, R) into latent_out when given. hidden (B, S, D), w_down (D, R), w_up_k and\n"
     "w_up_v (R, H*Dh); all on one device (cpu or cuda), one dtype (float32, bfloat16, float16),\n"
     "last dimension contiguous. stream: a cudaStream_t as an int; None means the current stream\n"
     "of the arrays' framework when it publishes one (torch), else the legacy default stream.\n"
-    "Returns False without computing when a dimension is zero (out is left as it was).\n"
-    "Raises ValueError/TypeError with latentkv's message when the call is refused.";
+    "workspace: a 1-D contiguous device array of scratch bytes, used when latent_out is None.\n"
+    "Returns 1 after running; 0 without running when a dimension is zero (out is left as it\n"
+    "was); -n without running when the best strategy for the call needs n bytes of workspace\n"
+    "(call again with one). Raises ValueError/TypeError with latentkv's message on refusal.";
 
 }  // namespace
 
@@ -450,10 +484,11 @@ NB_MODULE(_C, m) {
   using namespace nb::literals;
   m.def("kv_proj", &kv_proj<true>, "hidden"_a.none(), "w_down"_a.none(), "w_up_k"_a.none(),
         "w_up_v"_a.none(), "out"_a.none(),
-        "latent_out"_a = nb::none(), "stream"_a = nb::none(), kKvProjDoc);
+        "latent_out"_a = nb::none(), "stream"_a = nb::none(), "workspace"_a = nb::none(),
+        kKvProjDoc);
   m.def("_noop", &kv_proj<false>, "hidden"_a.none(), "w_down"_a.none(), "w_up_k"_a.none(),
         "w_up_v"_a.none(), "out"_a.none(),
-        "latent_out"_a = nb::none(), "stream"_a = nb::none(),
+        "latent_out"_a = nb::none(), "stream"_a = nb::none(), "workspace"_a = nb::none(),
         "Parses and checks like kv_proj (including the stream query and the GIL release) but "
         "does not call run(): the binding's own per-call cost.");
   m.def(

@@ -36,7 +36,7 @@ def test_poisoned_outputs_are_all_written(shape):
     hidden, w_down, w_up_k, w_up_v = inputs(shape, seed=1)
     out = np.full((2, b, s, h, dh), np.nan, np.float32)
     latent = np.full((b, s, r), np.nan, np.float32)
-    assert _C.kv_proj(hidden, w_down, w_up_k, w_up_v, out, latent) is True
+    assert _C.kv_proj(hidden, w_down, w_up_k, w_up_v, out, latent) == 1
     ref, ref_latent = reference(hidden, w_down, w_up_k, w_up_v, h)
     assert rel_error(out, ref) <= FLOAT32_TOLERANCE
     assert rel_error(latent, ref_latent) <= FLOAT32_TOLERANCE
@@ -67,7 +67,7 @@ def test_padded_inputs_and_outputs():
     out = out_big[:, :, :s, :, :dh]
     latent = latent_big[:, :, :r]
     assert not hidden_view.flags.c_contiguous and not out.flags.c_contiguous
-    assert _C.kv_proj(hidden_view, w_down_big[:, :r], w_up_k, w_up_v, out, latent)
+    assert _C.kv_proj(hidden_view, w_down_big[:, :r], w_up_k, w_up_v, out, latent) == 1
     ref, ref_latent = reference(hidden, w_down, w_up_k, w_up_v, h)
     assert rel_error(out, ref) <= FLOAT32_TOLERANCE
     assert rel_error(latent, ref_latent) <= FLOAT32_TOLERANCE
@@ -238,7 +238,7 @@ def test_zero_size_still_checks_dtypes_and_shapes():
 def test_noop_checks_like_kv_proj_but_writes_nothing():
     hidden, w_down, w_up_k, w_up_v = inputs((2, 5, 16, 8, 2, 4), seed=17)
     out = np.full((2, 2, 5, 2, 4), np.nan, np.float32)
-    assert _C._noop(hidden, w_down, w_up_k, w_up_v, out) is True
+    assert _C._noop(hidden, w_down, w_up_k, w_up_v, out) == 1
     assert np.isnan(out).all()
     with pytest.raises(TypeError):
         _C._noop(hidden.astype(np.float64), w_down, w_up_k, w_up_v, out)
@@ -261,6 +261,20 @@ def test_concurrent_calls_from_threads():
     for t in threads:
         t.join()
     assert len(errors) == 80 and max(errors) <= FLOAT32_TOLERANCE
+
+
+def test_workspace_argument_is_checked():
+    """A workspace (scratch for GPU strategies) is accepted and validated on any backend."""
+    hidden, w_down, w_up_k, w_up_v = inputs((1, 3, 8, 4, 2, 2), seed=18)
+    out = np.empty((2, 1, 3, 2, 2), np.float32)
+    assert _C.kv_proj(hidden, w_down, w_up_k, w_up_v, out, None, None, np.empty(64, np.uint8)) == 1
+    assert rel_error(out, reference(hidden, w_down, w_up_k, w_up_v, 2)[0]) <= FLOAT32_TOLERANCE
+    with pytest.raises(ValueError, match="workspace must be 1-D, got 2-D"):
+        _C.kv_proj(hidden, w_down, w_up_k, w_up_v, out, None, None, np.empty((8, 8), np.uint8))
+    with pytest.raises(ValueError, match="workspace must be contiguous"):
+        _C.kv_proj(hidden, w_down, w_up_k, w_up_v, out, None, None, np.empty(64, np.uint8)[::2])
+    with pytest.raises(ValueError, match="args.workspace overlaps args.out"):
+        _C.kv_proj(hidden, w_down, w_up_k, w_up_v, out, None, None, out.reshape(-1))
 
 
 def test_cuda_available_is_a_bool():

@@ -69,6 +69,24 @@ def test_presets_float32(case):
     assert rel_error(out.cpu().numpy(), ref_of(args, h)[0]) <= FLOAT32_TOLERANCE
 
 
+def test_gemm_sized_call_gets_a_workspace():
+    """Prefill-sized fp32: kAuto prefers a strategy that needs scratch for the latent when it has
+    some; the binding asks for it (a negative return), the op allocates it through torch."""
+    b, s, d, r, h, dh = shape = (1, 4096, 2048, 512, 16, 128)
+    args = cuda_inputs(shape, seed=12)
+    out = torch.empty(2, b, s, h, dh, device="cuda")
+    status = latentkv._C.kv_proj(*args, out)
+    if status < 0:
+        workspace = torch.empty(-status, dtype=torch.uint8, device="cuda")
+        assert latentkv._C.kv_proj(*args, out, None, None, workspace) == 1
+    else:
+        assert status == 1
+    ref = ref_of(args, h)[0]
+    assert rel_error(out.cpu().numpy(), ref) <= FLOAT32_TOLERANCE
+    got = run_or_skip_unsupported(lambda: lt.kv_proj(*args, h))
+    assert rel_error(got.cpu().numpy(), ref) <= FLOAT32_TOLERANCE
+
+
 @pytest.mark.parametrize("dtype", list(LOW_PRECISION))
 @pytest.mark.parametrize("case", ["founding", "deepseek-v2-lite", "deepseek-v3"])
 def test_low_precision_within_twice_the_unfused_error(case, dtype):
@@ -149,6 +167,32 @@ def test_cuda_graph_capture_and_replay():
             want = lt.reference_kv_proj(x.double(), *(p.double() for p in module.parameters()), h)
             torch.cuda.synchronize()
             assert rel_error(static_out.cpu().numpy(), want.cpu().numpy()) <= FLOAT32_TOLERANCE
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cuda_graph_capture_of_a_call_with_workspace(dtype):
+    """The workspace path (bf16, or GEMM-sized fp32) inside a CUDA graph: its scratch comes from
+    the graph's pool."""
+    b, s, d, r, h, dh = shape = (1, 2048, 2048, 512, 16, 128) if dtype == torch.float32 else CASES["founding"]
+    static_args = cuda_inputs(shape, seed=13, dtype=dtype)
+    with torch.no_grad():
+        run_or_skip_unsupported(lambda: lt.kv_proj(*static_args, h))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            lt.kv_proj(*static_args, h)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = lt.kv_proj(*static_args, h)
+        static_args[0].copy_(torch.randn_like(static_args[0]))
+        graph.replay()
+        want = lt.reference_kv_proj(*(t.double() for t in static_args), h)
+        torch.cuda.synchronize()
+        unfused = lt.reference_kv_proj(*static_args, h).double()
+        limit = FLOAT32_TOLERANCE if dtype == torch.float32 else 2 * rel_error(
+            unfused.cpu().numpy(), want.cpu().numpy()) + 1e-7
+        assert rel_error(static_out.double().cpu().numpy(), want.cpu().numpy()) <= limit
 
 
 def test_runs_on_the_callers_stream():

@@ -526,6 +526,15 @@ Status cuda_fused_supports(const Problem& p) {
   return Status::Ok();
 }
 
+// Measured on one H200 (2026-11-29, docs/perf-notes.md): at the founding dims the fused kernel
+// beats cuBLAS up to about two thousand tokens (T=733: 10.5 us vs 14.8; T=6144: 35 vs 23.7); with
+// DeepSeek-sized weights every token tile re-reads megabytes of weights and cuBLAS wins at any
+// token count (V2-Lite T=64: 201 us vs 30).
+bool cuda_fused_preferred(const Problem& p) {
+  const int64_t weight_floats = p.model_dim * p.rank + 2 * p.rank * p.kv_width();
+  return p.dtype == DType::kFloat32 && weight_floats <= (int64_t{64} << 10) && p.tokens() <= 2048;
+}
+
 Status run_cuda_fused(const Problem& p, const Args& a, Stream stream) {
   const DeviceFacts* f = nullptr;
   if (Status s = current_device_facts(&f); !s.ok()) return s;

@@ -3,10 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "latentkv/latentkv.h"
+
+namespace latentkv {
+// GoogleTest prints a Problem parameter with this (found by argument-dependent lookup).
+inline void PrintTo(const Problem& problem, std::ostream* os) { *os << problem.to_string(); }
+}  // namespace latentkv
 
 namespace latentkv::testing {
 

@@ -237,11 +237,19 @@ TEST_F(Refusals, HugeStridesOverflowTheSpan) {
   b.out_stride_kv = kHuge;
   expect_invalid(b, "args.out_stride_kv");
   b = a;
-  b.w_down_stride_row = kHuge / 4;  // fits in elements, not in bytes
+  b.w_down_stride_row = kHuge / 8;  // the span fits in elements (~2^62), not in bytes
   expect_invalid(b, "w_down spans more than 2^63 bytes");
   b = a;
   b.latent_stride_seq = kHuge / 2;
   expect_invalid(b, "args.latent_stride_seq");
+}
+
+// The largest element offset is exactly INT64_MAX: the element count (offset + 1) already
+// overflows and must be refused without signed overflow (run this under -fsanitize=undefined).
+TEST_F(Refusals, SpanEndingAtInt64Max) {
+  Args b = a;
+  b.w_down_stride_row = kHuge / 4;  // (D - 1) * stride + R - 1 = 4 * (2^61 - 1) + 3 = 2^63 - 1
+  expect_invalid(b, "w_down spans more than 2^63");
 }
 
 TEST_F(Refusals, LowPrecisionDtypesAreUnsupportedOnCpu) {

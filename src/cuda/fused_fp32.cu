@@ -139,7 +139,9 @@ __device__ __forceinline__ float4 gather4(int col, int limit, Load load) {
 template <int kRows, int kSlices, int kTileStride, typename LoadW>
 __device__ __forceinline__ void accumulate_slices(float (&acc)[kRows][4], const float* tile,
                                                   int slice, int K, LoadW load_w) {
-  constexpr int kBatch = kRows >= 8 ? 4 : 8;  // registers: kBatch * (4 + kRows) beside acc
+  // Registers: kBatch * (4 + kRows) beside acc. 16 steps at 4 rows cover D = 256 over 16 slices in
+  // one batch (the founding case); 8 rows leave room for 4.
+  constexpr int kBatch = kRows >= 8 ? 4 : kRows >= 4 && kSlices >= 16 ? 16 : 8;
   for (int k0 = slice; k0 < K; k0 += kSlices * kBatch) {
     float4 w[kBatch];
     float4 a[kBatch][kRows / 4];
@@ -206,6 +208,30 @@ __device__ void stage_weights(float* dst, int rows, int cols, const float* first
   }
 }
 
+__device__ __forceinline__ void prefetch_l2(const float* ptr) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
+}
+
+// Streaming configuration: pull the rows of w_down and of this block's [K | V] columns into L2
+// while the hidden tile loads, so the projections' own loads wait for L2, not HBM. One 128-byte
+// line per prefetch; the first pass of each projection only (the founding case has one).
+template <typename Config>
+__device__ __forceinline__ void prefetch_weights(const FusedParams& p) {
+  const int tid = threadIdx.x;
+  const int down_lines = (min(p.rank, Config::kDownCols) + 31) / 32;
+  for (int i = tid; i < p.model_dim * down_lines; i += Config::kThreads) {
+    prefetch_l2(p.w_down + (i / down_lines) * p.w_down_stride + 32 * (i % down_lines));
+  }
+  const int col0 = blockIdx.y * Config::kUpCols;
+  if (col0 >= 2 * p.kv_width) return;
+  const int cols = min(Config::kUpCols, 2 * p.kv_width - col0), up_lines = (cols + 31) / 32;
+  for (int i = tid; i < p.rank * up_lines; i += Config::kThreads) {
+    const int k = i / up_lines, j = col0 + 32 * (i % up_lines);
+    prefetch_l2(j < p.kv_width ? p.w_up_k + k * p.w_up_k_stride + j
+                               : p.w_up_v + k * p.w_up_v_stride + (j - p.kv_width));
+  }
+}
+
 template <typename Config>
 __global__ void __launch_bounds__(Config::kThreads, 1)
     fused_kv_proj_fp32_kernel(const __grid_constant__ FusedParams p) {
@@ -225,6 +251,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     stage_weights(smem + plan.w_up, R, N, p.w_up_k, p.w_up_k_stride, p.w_up_v, p.w_up_v_stride,
                   p.w_up_vec4);
   }
+
+  if constexpr (!Config::kWeightsInSmem) prefetch_weights<Config>(p);
 
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
     const int token0 = tile * kTokens;

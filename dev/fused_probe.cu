@@ -1,7 +1,7 @@
 // Dev probe (not shipped): checks the fused kernel on a few shapes against a float64 reference and
 // times it with CUDA-graph replay, before the full test suite and latentkv-bench exist.
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc dev/fused_probe.cu \
-//     build-gpu/src/liblatentkv.a -o probe
+//     build-gpu/src/liblatentkv.a -lcublas -o probe
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -5,15 +5,15 @@
 // projections that use it; it reaches memory only when the caller asks for it. K and V go straight
 // to their places in the stacked [2, B, S, H, Dh] output: no temporaries, no stack copy.
 //
-// Every product is C[rows, n] (+)= A[rows, k] @ W[k, n] with W row-major. A register tile of kRows
-// tokens x kCols columns accumulates in float; per k it loads a row of W's contiguous columns and
-// does kRows broadcast FMAs into it, written with GCC vector types so the accumulators stay in ymm
-// registers (plain loops auto-vectorized by g++ 12 spilled them to the stack: 2x slower). The down
-// projection is blocked over D (a kDBlock x 16 panel of w_down stays in cache while every register
-// tile of the token tile uses it) and the latent over R (kRBlock), so the stack buffer has a fixed
-// size for any rank: a second R block adds its part to the K and V already written. Token tiles are
-// independent; a small persistent thread pool takes them when the problem is big enough to pay for
-// waking it.
+// Every product is C[rows, n] (+)= A[rows, k] @ W[k, n] with W row-major. A register tile of up
+// to 6 tokens x 16 columns accumulates in float; per k it loads a row of W's contiguous columns and
+// does one broadcast FMA per token into it, written with GCC vector types so the accumulators stay
+// in ymm registers (plain loops auto-vectorized by g++ 12 spilled them to the stack: 2x slower).
+// The down projection is blocked over D (kDBlock rows of w_down per pass, so the panel a register
+// tile streams stays in cache) and the latent over R (kRBlock), so the stack buffer has a fixed
+// size for any rank: a second R block adds its part to the K and V already written. Token tiles
+// are independent; a small persistent thread pool takes them when the problem is big enough to pay
+// for waking it.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -29,17 +29,21 @@
 namespace latentkv::detail {
 namespace {
 
-// The register tile: 6 rows x 2 Vec8s = 12 accumulators, plus 2 loads of W and a broadcast, is 15
-// of the 16 ymm registers. Measured on the founding case against 4x16, 4x24, 5x16 and 3x32: 6x16
-// was fastest (each W load feeds 6 FMAs, each broadcast 2).
-constexpr int kRows = 6;   // tokens per register tile
-constexpr int kCols = 16;  // columns per register tile
+// Register tiles: up to kRows rows x vecs_for_rows(rows) Vec8s of columns. 6 x 2 (16 columns) = 12 accumulators, plus
+// 2 loads of W and a broadcast, is 15 of the 16 ymm registers; measured on the founding case
+// against 4x16, 4x24, 5x16 and 3x32, 6x16 was fastest. The rows left over (tokens % 6: the whole
+// tile when T < 6) get their own tile widened to >= 8 accumulators, enough independent FMA chains
+// to hide the FMA latency: a 6-row tile running one live row would do 6x the work.
+constexpr int kRows = 6;
 constexpr int kTileTokens = 24;   // tokens per work item: each W panel serves 4 register tiles
 constexpr int64_t kDBlock = 256;  // w_down rows per pass: a 256 x 16 float panel is 16 KB (L1)
 constexpr int64_t kRBlock = 256;  // latent columns per pass: the stack tile is 24 x 256 floats
 constexpr double kFmasPerThread = 2e5;  // below ~200k FMAs a thread's wake-up costs more than it saves
 constexpr int kMaxWorkers = 63;
 static_assert(kTileTokens % kRows == 0, "a token tile is a whole number of register tiles");
+
+// Vec8s per row of the register tile for `rows` rows (1..kRows).
+constexpr int vecs_for_rows(int rows) { return rows == 1 ? 8 : rows <= 3 ? 4 : rows == 4 ? 3 : 2; }
 
 // The output side of a product: one row pointer per token; a row's n columns lie in segments of
 // `seg` contiguous floats placed `seg_stride` apart (the heads of out; a single segment when
@@ -51,11 +55,11 @@ struct OutRows {
 };
 
 // Copies `count` floats between vals and columns [col, col + count) of output row i (into the row
-// when kStore). kFull fixes count at kCols, so a contiguous row moves with two vector loads or
-// stores instead of a memcpy call.
-template <bool kStore, bool kFull>
+// when kStore). A compile-time kCount > 0 fixes count, so a contiguous row moves with a few vector
+// loads or stores instead of a memcpy call.
+template <bool kStore, int kCount>
 inline void move_columns(const OutRows& c, int i, int64_t col, float* vals, int cols) {
-  const int count = kFull ? kCols : cols;
+  const int count = kCount > 0 ? kCount : cols;
   auto copy = [](float* row, float* v, int len) {
     for (int j = 0; j < len; ++j) {
       if constexpr (kStore) {
@@ -83,8 +87,6 @@ inline void move_columns(const OutRows& c, int i, int64_t col, float* vals, int 
 // compiler emits the vector code, narrower registers on older targets). Loads and stores go through
 // memcpy, so rows need no alignment.
 typedef float Vec8 __attribute__((vector_size(32)));
-constexpr int kVecs = kCols / 8;  // Vec8s per register-tile row
-static_assert(kCols % 8 == 0, "a register-tile row is whole Vec8s");
 
 inline Vec8 load8(const float* p) {
   Vec8 v;
@@ -93,76 +95,98 @@ inline Vec8 load8(const float* p) {
 }
 inline void store8(float* p, Vec8 v) { std::memcpy(p, &v, sizeof v); }
 
-// acc[i][j] += sum_k a[i][a_col + k] * w[k * ldw + j] for i < kRows, j < kCols: per k, kVecs loads
-// of w, kRows broadcasts and kRows * kVecs FMAs on accumulators that stay in registers.
+// tile[i][j] += sum_k a[i][a_col + k] * w[k * ldw + j] for i < kR, j < 8 * kV: per k, kV loads of
+// w, kR broadcasts and kR * kV FMAs on accumulators that stay in registers.
+template <int kR, int kV>
 inline void fma_tile(const float* const* a, int64_t a_col, int64_t k_len, const float* w,
-                     int64_t ldw, float (&tile)[kRows][kCols]) {
-  Vec8 acc[kRows][kVecs];
-  for (int i = 0; i < kRows; ++i) {
-    for (int v = 0; v < kVecs; ++v) acc[i][v] = load8(&tile[i][8 * v]);
+                     int64_t ldw, float (&tile)[kR][8 * kV]) {
+  Vec8 acc[kR][kV];
+  for (int i = 0; i < kR; ++i) {
+    for (int v = 0; v < kV; ++v) acc[i][v] = load8(&tile[i][8 * v]);
   }
   for (int64_t k = 0; k < k_len; ++k) {
-    Vec8 wk[kVecs];  // W row k, columns [0, kCols)
-    for (int v = 0; v < kVecs; ++v) wk[v] = load8(w + k * ldw + 8 * v);
-    for (int i = 0; i < kRows; ++i) {
+    Vec8 wk[kV];  // W row k, columns [0, 8 * kV)
+    for (int v = 0; v < kV; ++v) wk[v] = load8(w + k * ldw + 8 * v);
+    for (int i = 0; i < kR; ++i) {
       const float x = a[i][a_col + k];
-      for (int v = 0; v < kVecs; ++v) acc[i][v] += x * wk[v];
+      for (int v = 0; v < kV; ++v) acc[i][v] += x * wk[v];
     }
   }
-  for (int i = 0; i < kRows; ++i) {
-    for (int v = 0; v < kVecs; ++v) store8(&tile[i][8 * v], acc[i][v]);
+  for (int i = 0; i < kR; ++i) {
+    for (int v = 0; v < kV; ++v) store8(&tile[i][8 * v], acc[i][v]);
   }
 }
 
-// The same for the last cols < kCols columns of a row: a runtime width, vectorized by g++ where it
+// The same for the last cols < 8 * kV columns of a row: a runtime width, vectorized by g++ where it
 // can, accumulating in memory. Only the tail of each product takes it.
+template <int kR, int kV>
 inline void fma_tile_tail(const float* const* a, int64_t a_col, int64_t k_len, const float* w,
-                          int64_t ldw, int cols, float (&tile)[kRows][kCols]) {
+                          int64_t ldw, int cols, float (&tile)[kR][8 * kV]) {
   for (int64_t k = 0; k < k_len; ++k) {
     const float* wk = w + k * ldw;
-    for (int i = 0; i < kRows; ++i) {
+    for (int i = 0; i < kR; ++i) {
       const float x = a[i][a_col + k];
       for (int j = 0; j < cols; ++j) tile[i][j] += x * wk[j];
     }
   }
 }
 
-// One register tile: rows [i0, i0 + live) x columns [n0, n0 + cols) of c, from the k_len x cols
-// panel of w at `panel` (row stride ldp).
-template <bool kFull>
-void register_tile(const float* const* a, int64_t a_col, int i0, int live, int64_t k_len,
-                   const float* panel, int64_t ldp, const OutRows& c, int64_t n0, int cols,
-                   bool accumulate) {
-  float tile[kRows][kCols] = {};
-  if (accumulate) {
-    for (int i = 0; i < live; ++i) move_columns<false, kFull>(c, i0 + i, n0, tile[i], cols);
-  }
-  if (kFull) {
-    fma_tile(a + i0, a_col, k_len, panel, ldp, tile);
+// c[i0 : i0 + kR, n0 : n0 + 8 * kV] (+)= a[i0 : i0 + kR, a_col : a_col + k_len] @ w[0:k_len, same
+// columns], kV = vecs_for_rows(kR), clipped at column n.
+template <int kR>
+void register_tile(const float* const* a, int64_t a_col, int i0, int64_t k_len, const float* w,
+                   int64_t ldw, int64_t n0, int64_t n, const OutRows& c, bool accumulate) {
+  constexpr int kV = vecs_for_rows(kR);
+  constexpr int kCols = 8 * kV;
+  const int cols = static_cast<int>(std::min<int64_t>(kCols, n - n0));
+  float tile[kR][kCols] = {};
+  if (cols == kCols) {
+    if (accumulate) {
+      for (int i = 0; i < kR; ++i) move_columns<false, kCols>(c, i0 + i, n0, tile[i], cols);
+    }
+    fma_tile<kR, kV>(a + i0, a_col, k_len, w + n0, ldw, tile);
+    for (int i = 0; i < kR; ++i) move_columns<true, kCols>(c, i0 + i, n0, tile[i], cols);
   } else {
-    fma_tile_tail(a + i0, a_col, k_len, panel, ldp, cols, tile);
+    if (accumulate) {
+      for (int i = 0; i < kR; ++i) move_columns<false, 0>(c, i0 + i, n0, tile[i], cols);
+    }
+    fma_tile_tail<kR, kV>(a + i0, a_col, k_len, w + n0, ldw, cols, tile);
+    for (int i = 0; i < kR; ++i) move_columns<true, 0>(c, i0 + i, n0, tile[i], cols);
   }
-  for (int i = 0; i < live; ++i) move_columns<true, kFull>(c, i0 + i, n0, tile[i], cols);
+}
+
+// Rows [i0, i0 + kR) of the product below, column tile by column tile.
+template <int kR>
+void gemm_rows(const float* const* a, int64_t a_col, int i0, int64_t k_len, const float* w,
+               int64_t ldw, int64_t n, const OutRows& c, bool accumulate) {
+  for (int64_t n0 = 0; n0 < n; n0 += 8 * vecs_for_rows(kR)) {
+    register_tile<kR>(a, a_col, i0, k_len, w, ldw, n0, n, c, accumulate);
+  }
 }
 
 // c[0:rows, 0:n] = (accumulate ? c : 0) + a[0:rows, a_col : a_col + k_len] @ w[0:k_len, 0:n].
-// a holds kTileTokens row pointers; those past `rows` repeat a live row, so a register tile may
-// always read kRows rows and only stores the live ones. Row groups run inside a column panel, so
-// the panel of w they share comes from memory once and from cache after. (Packing the panel into
-// a contiguous buffer was measured: slower here, even for power-of-two row strides.)
+// The whole kRows groups run inside each column panel, so a panel of w comes from memory once per
+// token tile and from cache for the other groups (streaming w per group instead made the
+// weight-bound deepseek-v3 case 2x slower); the rows left over take one narrower tile after.
 void gemm_tile(const float* const* a, int64_t a_col, int rows, int64_t k_len, const float* w,
                int64_t ldw, int64_t n, const OutRows& c, bool accumulate) {
-  for (int64_t n0 = 0; n0 < n; n0 += kCols) {
-    const int cols = static_cast<int>(std::min<int64_t>(kCols, n - n0));
-    for (int i0 = 0; i0 < rows; i0 += kRows) {
-      const int live = std::min(kRows, rows - i0);
-      if (cols == kCols) {
-        register_tile<true>(a, a_col, i0, live, k_len, w + n0, ldw, c, n0, cols, accumulate);
-      } else {
-        register_tile<false>(a, a_col, i0, live, k_len, w + n0, ldw, c, n0, cols, accumulate);
+  const int whole = rows / kRows * kRows;
+  if (whole > 0) {
+    for (int64_t n0 = 0; n0 < n; n0 += 8 * vecs_for_rows(kRows)) {
+      for (int i0 = 0; i0 < whole; i0 += kRows) {
+        register_tile<kRows>(a, a_col, i0, k_len, w, ldw, n0, n, c, accumulate);
       }
     }
   }
+  switch (rows - whole) {
+    case 1: gemm_rows<1>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
+    case 2: gemm_rows<2>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
+    case 3: gemm_rows<3>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
+    case 4: gemm_rows<4>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
+    case 5: gemm_rows<5>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
+    default: break;
+  }
+  static_assert(kRows == 6, "the switch above covers 1..kRows-1 leftover rows");
 }
 
 // Tokens [t0, t0 + rows): latent tile, then K and V, one R block at a time.
@@ -180,12 +204,11 @@ void run_tile(const Problem& p, const Args& a, int64_t t0, int rows) {
   OutRows tile_out{{}, kRBlock, kRBlock};
   OutRows k_out{{}, p.head_dim, a.out_stride_head};
   OutRows v_out{{}, p.head_dim, a.out_stride_head};
-  for (int i = 0; i < kTileTokens; ++i) {
-    const int live = std::min(i, rows - 1);  // rows past the tile repeat the last live one
-    const int64_t t = t0 + live;
+  for (int i = 0; i < rows; ++i) {
+    const int64_t t = t0 + i;
     const int64_t b = t / p.seq, s = t % p.seq;
     hidden_rows[i] = hidden + b * a.hidden_stride_batch + s * a.hidden_stride_seq;
-    tile_out.row[i] = tile + live * kRBlock;
+    tile_out.row[i] = tile + i * kRBlock;
     k_out.row[i] = out + b * a.out_stride_batch + s * a.out_stride_seq;
     v_out.row[i] = k_out.row[i] + a.out_stride_kv;
     latent_rows[i] = latent ? latent + b * a.latent_stride_batch + s * a.latent_stride_seq : nullptr;

@@ -47,14 +47,6 @@ struct TileConfig {
   static constexpr int kUpTokenGroups = kUpTokenGroups_;
   static constexpr int kUpTokensPerThread = kTokens / kUpTokenGroups;
   static constexpr int kUpSlices = kThreads / (kUpColGroups * kUpTokenGroups);
-  // Weight loads issued together per thread (registers: 4 per step). The streaming configuration
-  // covers D = 256 in one batch of 16 down steps and R <= 64 in one batch of 16 up steps, so with
-  // both first batches issued before the hidden tile a block waits for one memory round trip.
-  static constexpr int kDownBatch = kWeightsInSmem ? 8 : 16;
-  static constexpr int kUpBatch = kWeightsInSmem ? 4 : 16;
-  // One block per SM: the streaming configuration holds both first batches in registers (~190),
-  // the resident one holds the weights in shared memory.
-  static constexpr int kMinBlocksPerSm = 1;
   // Partial sums, [slice][token][column], sized for the larger of the two projections.
   static constexpr int kReduceFloats =
       (kDownSlices * kDownCols > kUpSlices * kUpCols ? kDownSlices * kDownCols
@@ -69,10 +61,10 @@ struct TileConfig {
                 "each projection must use every thread");
 };
 
-// 4 tokens, 256 threads: ~100 token tiles at the founding size (one wave); 16 slices of D and 4 of
-// R give each thread 16 + 12 weight loads there, all in flight together. When there are fewer
-// tiles than SMs, the up projection's 256-column passes spread over gridDim.y blocks.
-using kStreamConfig = TileConfig<4, 256, 1, 1, 64, false>;
+// 4 tokens, 256 threads: ~100 token tiles at the founding size, and the up projection's 128-column
+// passes can be spread over gridDim.y blocks; 16 slices of D and 8 of R give each thread <= 16
+// weight loads there, all in flight together.
+using kStreamConfig = TileConfig<4, 256, 1, 1, 32, false>;
 // 16 tokens, 512 threads: each weight value read from shared memory feeds 4 (down) or 8 (up)
 // tokens, enough to keep the FMA pipes ahead of the shared-memory port.
 using kResidentConfig = TileConfig<16, 512, 4, 2, 64, true>;
@@ -141,96 +133,44 @@ __device__ __forceinline__ float4 gather4(int col, int limit, Load load) {
   return v;
 }
 
-// w[b] = load_w(k) for this thread's steps k = k0 + b * kSlices < K (0 past K). All loads of a
-// batch are issued before any is used, so a batch costs one memory round trip.
-template <int kBatch, int kSlices, typename LoadW>
-__device__ __forceinline__ void load_batch(float4 (&w)[kBatch], int k0, int K, LoadW load_w) {
+// acc += tile[k] (x) w(k) over this thread's slice k = slice, slice + kSlices, ... < K. The weight
+// loads and the tile reads of kBatch steps are all issued before the first is used, so a thread
+// waits for one memory round trip per batch rather than per step.
+template <int kRows, int kSlices, int kTileStride, typename LoadW>
+__device__ __forceinline__ void accumulate_slices(float (&acc)[kRows][4], const float* tile,
+                                                  int slice, int K, LoadW load_w) {
+  constexpr int kBatch = kRows >= 8 ? 4 : 8;  // registers: kBatch * (4 + kRows) beside acc
+  for (int k0 = slice; k0 < K; k0 += kSlices * kBatch) {
+    float4 w[kBatch];
+    float4 a[kBatch][kRows / 4];
 #pragma unroll
-  for (int b = 0; b < kBatch; ++b) {
-    const int k = k0 + b * kSlices;
-    w[b] = k < K ? load_w(k) : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-}
-
-// acc[t][0..3] += tile[k][t] * w[b] for the batch's steps k; the tile is [K][kTileStride] in shared
-// memory, this thread's kRows tokens at its start.
-template <int kRows, int kBatch, int kSlices, int kTileStride>
-__device__ __forceinline__ void fma_batch(float (&acc)[kRows][4], const float* tile, int k0, int K,
-                                          const float4 (&w)[kBatch]) {
+    for (int b = 0; b < kBatch; ++b) {
+      const int k = k0 + b * kSlices;
+      const bool live = k < K;
+      w[b] = live ? load_w(k) : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-  for (int b = 0; b < kBatch; ++b) {
-    const int k = k0 + b * kSlices;
-    if (k >= K) break;
+      for (int i = 0; i < kRows / 4; ++i) {
+        a[b][i] = live ? *reinterpret_cast<const float4*>(tile + k * kTileStride + 4 * i)
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
 #pragma unroll
-    for (int i = 0; i < kRows / 4; ++i) {
-      const float4 a4 = *reinterpret_cast<const float4*>(tile + k * kTileStride + 4 * i);
-      const float av[4] = {a4.x, a4.y, a4.z, a4.w};
+    for (int b = 0; b < kBatch; ++b) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        float* c = acc[4 * i + r];
-        c[0] = fmaf(av[r], w[b].x, c[0]);
-        c[1] = fmaf(av[r], w[b].y, c[1]);
-        c[2] = fmaf(av[r], w[b].z, c[2]);
-        c[3] = fmaf(av[r], w[b].w, c[3]);
+      for (int i = 0; i < kRows / 4; ++i) {
+        const float av[4] = {a[b][i].x, a[b][i].y, a[b][i].z, a[b][i].w};
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          float* c = acc[4 * i + r];
+          c[0] = fmaf(av[r], w[b].x, c[0]);
+          c[1] = fmaf(av[r], w[b].y, c[1]);
+          c[2] = fmaf(av[r], w[b].z, c[2]);
+          c[3] = fmaf(av[r], w[b].w, c[3]);
+        }
       }
     }
   }
 }
-
-// acc += tile (x) w over this thread's slice k = slice, slice + kSlices, ... < K, one batch of
-// loads at a time; when use_first, `first` is the first batch, already loaded.
-template <int kRows, int kBatch, int kSlices, int kTileStride, typename LoadW>
-__device__ __forceinline__ void accumulate_slices(float (&acc)[kRows][4], const float* tile,
-                                                  int slice, int K, LoadW load_w,
-                                                  const float4 (&first)[kBatch], bool use_first) {
-  int k0 = slice;
-  if (use_first) {
-    fma_batch<kRows, kBatch, kSlices, kTileStride>(acc, tile, k0, K, first);
-    k0 += kSlices * kBatch;
-  }
-  for (; k0 < K; k0 += kSlices * kBatch) {
-    float4 w[kBatch];
-    load_batch<kBatch, kSlices>(w, k0, K, load_w);
-    fma_batch<kRows, kBatch, kSlices, kTileStride>(acc, tile, k0, K, w);
-  }
-}
-
-// Where a projection's weights come from, as 4 consecutive columns of row k: shared memory
-// (resident configuration), 16-byte global loads (aligned rows, kVec), or one element at a time.
-// Each is a separate instantiation so that no load sits behind a per-element branch.
-template <bool kWeightsInSmem, bool kVec>
-struct DownWeights {
-  const FusedParams& p;
-  const float* smem;  // [D][R4], resident only
-  int col;
-  __device__ float4 operator()(int k) const {
-    if constexpr (kWeightsInSmem) {
-      return *reinterpret_cast<const float4*>(smem + k * round_up4(p.rank) + col);
-    } else if constexpr (kVec) {
-      return __ldg(reinterpret_cast<const float4*>(p.w_down + k * p.w_down_stride + col));
-    } else {
-      return gather4(col, p.rank, [&](int j) { return __ldg(p.w_down + k * p.w_down_stride + j); });
-    }
-  }
-};
-
-template <bool kWeightsInSmem, bool kVec>
-struct UpWeights {
-  const FusedParams& p;
-  const float* smem;  // [R][round_up4(2N)], resident only
-  int col;            // in [0, 2N): columns of [K | V]
-  __device__ float4 operator()(int k) const {
-    if constexpr (kWeightsInSmem) {
-      return *reinterpret_cast<const float4*>(smem + k * round_up4(2 * p.kv_width) + col);
-    } else if constexpr (kVec) {  // N % 4 == 0: the group lies in one half
-      const float* src = col < p.kv_width ? p.w_up_k + k * p.w_up_k_stride + col
-                                          : p.w_up_v + k * p.w_up_v_stride + (col - p.kv_width);
-      return __ldg(reinterpret_cast<const float4*>(src));
-    } else {
-      return gather4(col, 2 * p.kv_width, [&](int j) { return load_up(p, k, j); });
-    }
-  }
-};
 
 template <int kRows>
 __device__ __forceinline__ void store_partials(float* reduce, int row, int col, int cols,
@@ -266,85 +206,24 @@ __device__ void stage_weights(float* dst, int rows, int cols, const float* first
   }
 }
 
-__device__ __forceinline__ void prefetch_l2(const float* ptr) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
-}
-
-// Streaming configuration: pull the rows of w_down and of this block's [K | V] columns into L2
-// while the hidden tile loads, so the projections' own loads wait for L2, not HBM. One 128-byte
-// line per prefetch; the first pass of each projection only (the founding case has one).
 template <typename Config>
-__device__ __forceinline__ void prefetch_weights(const FusedParams& p) {
-  const int tid = threadIdx.x;
-  const int down_lines = (min(p.rank, Config::kDownCols) + 31) / 32;
-  for (int i = tid; i < p.model_dim * down_lines; i += Config::kThreads) {
-    prefetch_l2(p.w_down + (i / down_lines) * p.w_down_stride + 32 * (i % down_lines));
-  }
-  const int col0 = blockIdx.y * Config::kUpCols;
-  if (col0 >= 2 * p.kv_width) return;
-  const int cols = min(Config::kUpCols, 2 * p.kv_width - col0), up_lines = (cols + 31) / 32;
-  for (int i = tid; i < p.rank * up_lines; i += Config::kThreads) {
-    const int k = i / up_lines, j = col0 + 32 * (i % up_lines);
-    prefetch_l2(j < p.kv_width ? p.w_up_k + k * p.w_up_k_stride + j
-                               : p.w_up_v + k * p.w_up_v_stride + (j - p.kv_width));
-  }
-}
-
-// kVec: every global weight row is 16-byte aligned with a multiple of 4 columns (the common case);
-// otherwise weights are read one element at a time. Only the streaming configuration reads weights
-// from global memory inside the projections, so the resident one is built with kVec = false.
-template <typename Config, bool kVec>
-__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
+__global__ void __launch_bounds__(Config::kThreads, 1)
     fused_kv_proj_fp32_kernel(const __grid_constant__ FusedParams p) {
   constexpr int kTokens = Config::kTokens;
-  constexpr bool kResident = Config::kWeightsInSmem;
   extern __shared__ float4 smem_raw[];
   float* smem = reinterpret_cast<float*>(smem_raw);
   const SharedPlan<Config> plan(p.model_dim, p.rank, p.kv_width);
   float* hidden_t = smem + plan.hidden;  // [D][kTokens]
   float* latent_t = smem + plan.latent;  // [R][kTokens]
   float* reduce = smem + plan.reduce;    // [slices][kTokens][cols]
-  const float* w_down_s = kResident ? smem + plan.w_down : nullptr;  // [D][R4]
-  const float* w_up_s = kResident ? smem + plan.w_up : nullptr;      // [R][round_up4(2N)]
 
   const int tid = threadIdx.x;
-  const int D = p.model_dim, R = p.rank, N = p.kv_width;
-  // The columns a thread's weight groups may read: padded rows in shared memory, exact in global.
-  const int down_limit = kResident ? round_up4(R) : R;
-  const int up_limit = kResident ? round_up4(2 * N) : 2 * N;
+  const int D = p.model_dim, R = p.rank, N = p.kv_width, R4 = round_up4(R), N2p = round_up4(2 * N);
 
-  // Thread roles (column group fastest, then token group, then slice), fixed for the kernel.
-  constexpr int kDownRows = Config::kDownTokensPerThread, kUpRows = Config::kUpTokensPerThread;
-  const int down_group = tid % Config::kDownColGroups;
-  const int down_row = (tid / Config::kDownColGroups) % Config::kDownTokenGroups * kDownRows;
-  const int down_slice = tid / (Config::kDownColGroups * Config::kDownTokenGroups);
-  const int up_group = tid % Config::kUpColGroups;
-  const int up_row = (tid / Config::kUpColGroups) % Config::kUpTokenGroups * kUpRows;
-  const int up_slice = tid / (Config::kUpColGroups * Config::kUpTokenGroups);
-
-  using Down = DownWeights<kResident, kVec>;
-  using Up = UpWeights<kResident, kVec>;
-  // Streaming: the first batch of each projection's first pass is loaded now, together with the
-  // hidden tile below, so the block waits for one memory round trip before it computes.
-  float4 down_first[Config::kDownBatch], up_first[Config::kUpBatch];
-  bool down_pending = false, up_pending = false;
-  if constexpr (kResident) {
+  if constexpr (Config::kWeightsInSmem) {
     stage_weights(smem + plan.w_down, D, R, p.w_down, p.w_down_stride, nullptr, 0, p.w_down_vec4);
     stage_weights(smem + plan.w_up, R, N, p.w_up_k, p.w_up_k_stride, p.w_up_v, p.w_up_v_stride,
                   p.w_up_vec4);
-  } else {
-    if (4 * down_group < R) {
-      load_batch<Config::kDownBatch, Config::kDownSlices>(down_first, down_slice, D,
-                                                          Down{p, nullptr, 4 * down_group});
-      down_pending = true;
-    }
-    const int up_col = blockIdx.y * Config::kUpCols + 4 * up_group;
-    if (up_col < 2 * N) {
-      load_batch<Config::kUpBatch, Config::kUpSlices>(up_first, up_slice, R,
-                                                      Up{p, nullptr, up_col});
-      up_pending = true;
-    }
-    prefetch_weights<Config>(p);
   }
 
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
@@ -374,65 +253,110 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
     __syncthreads();  // also orders the weight staging before first use
 
     // Down projection: latent[t][r] = sum_d hidden[t][d] * w_down[d][r].
-    for (int col0 = 0; col0 < R; col0 += Config::kDownCols) {
-      const int col = col0 + 4 * down_group;
-      float acc[kDownRows][4] = {};
-      if (col < down_limit) {
-        accumulate_slices<kDownRows, Config::kDownBatch, Config::kDownSlices, kTokens>(
-            acc, hidden_t + down_row, down_slice, D, Down{p, w_down_s, col}, down_first, down_pending);
-      }
-      down_pending = false;
-      store_partials<kDownRows>(reduce, down_slice * kTokens + down_row, 4 * down_group,
-                                Config::kDownCols, acc);
-      __syncthreads();
-      for (int i = tid; i < kTokens * Config::kDownCols; i += Config::kThreads) {
-        const int t = i / Config::kDownCols, c = i % Config::kDownCols;
-        if (col0 + c >= R) continue;
-        float sum = 0.f;
+    {
+      constexpr int kRows = Config::kDownTokensPerThread;
+      const int group = tid % Config::kDownColGroups;
+      const int row = (tid / Config::kDownColGroups) % Config::kDownTokenGroups * kRows;
+      const int slice = tid / (Config::kDownColGroups * Config::kDownTokenGroups);
+      for (int col0 = 0; col0 < R; col0 += Config::kDownCols) {
+        const int col = col0 + 4 * group;
+        float acc[kRows][4] = {};
+        const float* tile_rows = hidden_t + row;
+        if constexpr (Config::kWeightsInSmem) {
+          const float* w = smem + plan.w_down + col;
+          if (col < R4) {
+            accumulate_slices<kRows, Config::kDownSlices, kTokens>(
+                acc, tile_rows, slice, D,
+                [&](int k) { return *reinterpret_cast<const float4*>(w + k * R4); });
+          }
+        } else if (col < R) {
+          const float* w = p.w_down + col;
+          const int64_t ld = p.w_down_stride;
+          if (p.w_down_vec4) {
+            accumulate_slices<kRows, Config::kDownSlices, kTokens>(
+                acc, tile_rows, slice, D,
+                [&](int k) { return __ldg(reinterpret_cast<const float4*>(w + k * ld)); });
+          } else {
+            accumulate_slices<kRows, Config::kDownSlices, kTokens>(
+                acc, tile_rows, slice, D, [&](int k) {
+                  return gather4(col, R, [&](int j) { return __ldg(p.w_down + k * ld + j); });
+                });
+          }
+        }
+        store_partials<kRows>(reduce, slice * kTokens + row, 4 * group, Config::kDownCols, acc);
+        __syncthreads();
+        for (int i = tid; i < kTokens * Config::kDownCols; i += Config::kThreads) {
+          const int t = i / Config::kDownCols, c = i % Config::kDownCols;
+          if (col0 + c >= R) continue;
+          float sum = 0.f;
 #pragma unroll
-        for (int s = 0; s < Config::kDownSlices; ++s) {
-          sum += reduce[(s * kTokens + t) * Config::kDownCols + c];
+          for (int s = 0; s < Config::kDownSlices; ++s) {
+            sum += reduce[(s * kTokens + t) * Config::kDownCols + c];
+          }
+          latent_t[(col0 + c) * kTokens + t] = sum;
+          const int token = token0 + t;
+          if (p.latent != nullptr && token < p.tokens && blockIdx.y == 0) {
+            p.latent[(token / p.seq) * p.latent_stride_batch +
+                     (token % p.seq) * p.latent_stride_seq + col0 + c] = sum;
+          }
         }
-        latent_t[(col0 + c) * kTokens + t] = sum;
-        const int token = token0 + t;
-        if (p.latent != nullptr && token < p.tokens && blockIdx.y == 0) {
-          p.latent[(token / p.seq) * p.latent_stride_batch +
-                   (token % p.seq) * p.latent_stride_seq + col0 + c] = sum;
-        }
+        __syncthreads();
       }
-      __syncthreads();
     }
 
     // Up projection: out[kv][t][j] = sum_r latent[t][r] * w_up_kv[r][j] over the 2N columns of
-    // [K | V], this block's passes only.
-    for (int col0 = blockIdx.y * Config::kUpCols; col0 < 2 * N;
-         col0 += gridDim.y * Config::kUpCols) {
-      const int col = col0 + 4 * up_group;
-      float acc[kUpRows][4] = {};
-      if (col < up_limit) {
-        accumulate_slices<kUpRows, Config::kUpBatch, Config::kUpSlices, kTokens>(
-            acc, latent_t + up_row, up_slice, R, Up{p, w_up_s, col}, up_first, up_pending);
-      }
-      up_pending = false;
-      store_partials<kUpRows>(reduce, up_slice * kTokens + up_row, 4 * up_group,
-                              Config::kUpCols, acc);
-      __syncthreads();
-      for (int i = tid; i < kTokens * Config::kUpCols; i += Config::kThreads) {
-        const int t = i / Config::kUpCols, c = i % Config::kUpCols;
-        const int token = token0 + t, j = col0 + c;
-        if (j >= 2 * N || token >= p.tokens) continue;
-        float sum = 0.f;
-#pragma unroll
-        for (int s = 0; s < Config::kUpSlices; ++s) {
-          sum += reduce[(s * kTokens + t) * Config::kUpCols + c];
+    // [K | V].
+    {
+      constexpr int kRows = Config::kUpTokensPerThread;
+      const int group = tid % Config::kUpColGroups;
+      const int row = (tid / Config::kUpColGroups) % Config::kUpTokenGroups * kRows;
+      const int slice = tid / (Config::kUpColGroups * Config::kUpTokenGroups);
+      for (int col0 = blockIdx.y * Config::kUpCols; col0 < 2 * N;
+           col0 += gridDim.y * Config::kUpCols) {
+        const int col = col0 + 4 * group;
+        float acc[kRows][4] = {};
+        const float* tile_rows = latent_t + row;
+        if constexpr (Config::kWeightsInSmem) {
+          const float* w = smem + plan.w_up + col;
+          if (col < N2p) {
+            accumulate_slices<kRows, Config::kUpSlices, kTokens>(
+                acc, tile_rows, slice, R,
+                [&](int k) { return *reinterpret_cast<const float4*>(w + k * N2p); });
+          }
+        } else if (col < 2 * N) {
+          if (p.w_up_vec4) {  // N % 4 == 0: the group lies in one half
+            const bool is_k = col < N;
+            const float* w = is_k ? p.w_up_k + col : p.w_up_v + (col - N);
+            const int64_t ld = is_k ? p.w_up_k_stride : p.w_up_v_stride;
+            accumulate_slices<kRows, Config::kUpSlices, kTokens>(
+                acc, tile_rows, slice, R,
+                [&](int k) { return __ldg(reinterpret_cast<const float4*>(w + k * ld)); });
+          } else {
+            accumulate_slices<kRows, Config::kUpSlices, kTokens>(
+                acc, tile_rows, slice, R, [&](int k) {
+                  return gather4(col, 2 * N, [&](int j) { return load_up(p, k, j); });
+                });
+          }
         }
-        const int kv = j >= N, n = j - kv * N;
-        const int64_t head_offset =
-            p.heads_packed ? n : (n / p.head_dim) * p.out_stride_head + n % p.head_dim;
-        p.out[kv * p.out_stride_kv + (token / p.seq) * p.out_stride_batch +
-              (token % p.seq) * p.out_stride_seq + head_offset] = sum;
+        store_partials<kRows>(reduce, slice * kTokens + row, 4 * group, Config::kUpCols, acc);
+        __syncthreads();
+        for (int i = tid; i < kTokens * Config::kUpCols; i += Config::kThreads) {
+          const int t = i / Config::kUpCols, c = i % Config::kUpCols;
+          const int token = token0 + t, j = col0 + c;
+          if (j >= 2 * N || token >= p.tokens) continue;
+          float sum = 0.f;
+#pragma unroll
+          for (int s = 0; s < Config::kUpSlices; ++s) {
+            sum += reduce[(s * kTokens + t) * Config::kUpCols + c];
+          }
+          const int kv = j >= N, n = j - kv * N;
+          const int64_t head_offset =
+              p.heads_packed ? n : (n / p.head_dim) * p.out_stride_head + n % p.head_dim;
+          p.out[kv * p.out_stride_kv + (token / p.seq) * p.out_stride_batch +
+                (token % p.seq) * p.out_stride_seq + head_offset] = sum;
+        }
+        __syncthreads();
       }
-      __syncthreads();
     }
   }
 }
@@ -447,9 +371,9 @@ struct DeviceFacts {
 
 constexpr int kMaxDevices = 64;
 
-template <typename Config, bool kVec>
+template <typename Config>
 Status allow_max_smem(int bytes) {
-  return cuda_status(cudaFuncSetAttribute(fused_kv_proj_fp32_kernel<Config, kVec>,
+  return cuda_status(cudaFuncSetAttribute(fused_kv_proj_fp32_kernel<Config>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
                      "cudaFuncSetAttribute(fused_kv_proj_fp32_kernel, MaxDynamicSharedMemorySize)");
 }
@@ -469,9 +393,8 @@ const DeviceFacts& device_facts(int device) {
           "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
     }
     f.smem_optin = static_cast<size_t>(smem);
-    if (f.status.ok()) f.status = allow_max_smem<kStreamConfig, true>(smem);
-    if (f.status.ok()) f.status = allow_max_smem<kStreamConfig, false>(smem);
-    if (f.status.ok()) f.status = allow_max_smem<kResidentConfig, false>(smem);
+    if (f.status.ok()) f.status = allow_max_smem<kStreamConfig>(smem);
+    if (f.status.ok()) f.status = allow_max_smem<kResidentConfig>(smem);
   });
   return facts[device];
 }
@@ -542,11 +465,11 @@ FusedParams make_params(const Problem& p, const Args& a, int tile_tokens) {
 
 // How many blocks share one token tile's up projection (gridDim.y). Each of them recomputes the
 // tile's latent, so the split stays where the repeated down projection (D*R per token) costs at
-// most the up projection (2N*R per token), and stops once the grid covers the SMs.
+// most the up projection (2N*R per token), and stops once the grid covers the SMs twice.
 int column_splits(const Problem& p, int64_t tiles, int up_cols, int sm_count) {
   const int64_t passes = (2 * p.kv_width() + up_cols - 1) / up_cols;
   const int64_t cheap = 1 + 2 * p.kv_width() / p.model_dim;
-  const int64_t fill = (int64_t{sm_count} + tiles - 1) / tiles;
+  const int64_t fill = (2 * int64_t{sm_count} + tiles - 1) / tiles;
   int64_t splits = passes < cheap ? passes : cheap;
   splits = splits < fill ? splits : fill;
   return static_cast<int>(splits < 1 ? 1 : splits > 65535 ? 65535 : splits);
@@ -561,14 +484,7 @@ Status launch(const Problem& p, const Args& a, const DeviceFacts& f, Stream stre
   } else {
     grid = dim3(k.num_tiles, column_splits(p, k.num_tiles, Config::kUpCols, f.sm_count));
   }
-  const size_t smem = smem_bytes<Config>(p);
-  if constexpr (!Config::kWeightsInSmem) {
-    if (k.w_down_vec4 && k.w_up_vec4) {
-      fused_kv_proj_fp32_kernel<Config, true><<<grid, Config::kThreads, smem, stream>>>(k);
-      return cuda_status(cudaGetLastError(), "fused_kv_proj_fp32_kernel launch");
-    }
-  }
-  fused_kv_proj_fp32_kernel<Config, false><<<grid, Config::kThreads, smem, stream>>>(k);
+  fused_kv_proj_fp32_kernel<Config><<<grid, Config::kThreads, smem_bytes<Config>(p), stream>>>(k);
   return cuda_status(cudaGetLastError(), "fused_kv_proj_fp32_kernel launch");
 }
 

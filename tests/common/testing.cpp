@@ -143,6 +143,12 @@ double relative_error(const float* got, const std::vector<double>& ref) {
   return std::sqrt(diff / norm);
 }
 
+std::string problem_id(const Problem& p) {
+  return "B" + std::to_string(p.batch) + "_S" + std::to_string(p.seq) + "_D" +
+         std::to_string(p.model_dim) + "_R" + std::to_string(p.rank) + "_H" +
+         std::to_string(p.heads) + "_Dh" + std::to_string(p.head_dim);
+}
+
 std::vector<NamedCase> preset_cases() {
   return {
       {"seed", shape(4, 96, 256, 48, 4, 32)},              // the founding case, T = 384

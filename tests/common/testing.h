@@ -10,8 +10,10 @@
 #include "latentkv/latentkv.h"
 
 namespace latentkv {
-// GoogleTest prints a Problem parameter with this (found by argument-dependent lookup).
+// GoogleTest prints test parameters with these (found by argument-dependent lookup).
 inline void PrintTo(const Problem& problem, std::ostream* os) { *os << problem.to_string(); }
+inline void PrintTo(DType dtype, std::ostream* os) { *os << to_string(dtype); }
+inline void PrintTo(Strategy strategy, std::ostream* os) { *os << to_string(strategy); }
 }  // namespace latentkv
 
 namespace latentkv::testing {
@@ -41,6 +43,9 @@ double relative_error(const float* got, const std::vector<double>& ref);
 // Tolerance for float32 results: the fp32 path must stay within 1e-5 relative Frobenius error of
 // float64 (accumulation over D and R terms in fp32 lands near 1e-7..1e-6 for these sizes).
 constexpr double kFloat32Tolerance = 1e-5;
+
+// The shape as an identifier, "B4_S96_D256_R48_H4_Dh32" (test names).
+std::string problem_id(const Problem& problem);
 
 // Named cases (the founding case and the presets of latentkv-bench).
 struct NamedCase {
@@ -81,6 +86,7 @@ struct StridedBuffers {
 
   StridedBuffers() = default;
   StridedBuffers(StridedBuffers&&) = default;
+  StridedBuffers& operator=(StridedBuffers&&) = default;
   StridedBuffers(const StridedBuffers&) = delete;
   StridedBuffers& operator=(const StridedBuffers&) = delete;
 };

@@ -56,11 +56,7 @@ void expect_all_layouts_match(const Problem& p) {
 }
 
 std::string shape_name(const ::testing::TestParamInfo<Problem>& info) {
-  const Problem& p = info.param;
-  return std::to_string(info.index) + "_B" + std::to_string(p.batch) + "_S" +
-         std::to_string(p.seq) + "_D" + std::to_string(p.model_dim) + "_R" +
-         std::to_string(p.rank) + "_H" + std::to_string(p.heads) + "_Dh" +
-         std::to_string(p.head_dim);
+  return std::to_string(info.index) + "_" + problem_id(info.param);
 }
 
 class CpuShapes : public ::testing::TestWithParam<Problem> {};

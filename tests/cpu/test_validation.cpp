@@ -208,6 +208,30 @@ TEST_F(Refusals, OutputsAliasingInputs) {
   expect_invalid(b, "args.latent overlaps args.w_down");
 }
 
+// The workspace is scratch the library writes: it must have a size and alias nothing. The CPU
+// backend ignores a valid one.
+TEST_F(Refusals, Workspace) {
+  std::vector<float> scratch(64);
+  Args b = a;
+  b.workspace = scratch.data();
+  b.workspace_bytes = 0;
+  expect_invalid(b, "args.workspace_bytes = 0");
+  b.workspace_bytes = -4;
+  expect_invalid(b, "args.workspace_bytes = -4");
+  b.workspace = static_cast<float*>(a.out) + 3;
+  b.workspace_bytes = 16;
+  expect_invalid(b, "args.workspace overlaps args.out");
+  b.workspace = a.latent;
+  expect_invalid(b, "args.workspace overlaps args.latent");
+  b.workspace = hidden.data();
+  expect_invalid(b, "args.workspace overlaps args.hidden");
+  b.workspace = scratch.data();
+  b.workspace_bytes = static_cast<int64_t>(scratch.size() * sizeof(float));
+  const Status s = run(p, b, cpu);
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(workspace_size(p, cpu), 0);
+}
+
 TEST_F(Refusals, ElementCountsOverflowInt64) {
   Problem q = p;
   q.batch = int64_t{1} << 40;

@@ -16,6 +16,7 @@
 // for waking it.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -29,17 +30,21 @@
 namespace latentkv::detail {
 namespace {
 
-// Register tiles: up to kRows rows x vecs_for_rows(rows) Vec8s of columns. 6 x 2 (16 columns) = 12 accumulators, plus
-// 2 loads of W and a broadcast, is 15 of the 16 ymm registers; measured on the founding case
-// against 4x16, 4x24, 5x16 and 3x32, 6x16 was fastest. The rows left over (tokens % 6: the whole
-// tile when T < 6) get their own tile widened to >= 8 accumulators, enough independent FMA chains
-// to hide the FMA latency: a 6-row tile running one live row would do 6x the work.
+// Register tiles: up to kRows rows x vecs_for_rows(rows) Vec8s of columns. 6 x 2 Vec8s (16
+// columns) = 12 accumulators, plus 2 loads of W and a broadcast, is 15 of the 16 ymm registers;
+// measured on the founding case against 4x16, 4x24, 5x16 and 3x32, 6x16 was fastest. The rows left
+// over (tokens % 6: the whole tile when T < 6) get a tile of their own, widened to >= 8
+// accumulators, enough independent FMA chains to hide the FMA latency: a 6-row tile running one
+// live row would do 6x the work (T = 1 went from 2.6 to 1.0 us).
 constexpr int kRows = 6;
 constexpr int kTileTokens = 24;   // tokens per work item: each W panel serves 4 register tiles
 constexpr int64_t kDBlock = 256;  // w_down rows per pass: a 256 x 16 float panel is 16 KB (L1)
 constexpr int64_t kRBlock = 256;  // latent columns per pass: the stack tile is 24 x 256 floats
-constexpr double kFmasPerThread = 2e5;  // below ~200k FMAs a thread's wake-up costs more than it saves
+// Below ~200k FMAs per thread, waking a worker costs more than it saves.
+constexpr double kFmasPerThread = 2e5;
 constexpr int kMaxWorkers = 63;
+// How long a worker polls for the next job before it sleeps (see spin_while_unchanged).
+constexpr std::chrono::microseconds kSpin{100};
 static_assert(kTileTokens % kRows == 0, "a token tile is a whole number of register tiles");
 
 // Vec8s per row of the register tile for `rows` rows (1..kRows).
@@ -211,7 +216,8 @@ void run_tile(const Problem& p, const Args& a, int64_t t0, int rows) {
     tile_out.row[i] = tile + i * kRBlock;
     k_out.row[i] = out + b * a.out_stride_batch + s * a.out_stride_seq;
     v_out.row[i] = k_out.row[i] + a.out_stride_kv;
-    latent_rows[i] = latent ? latent + b * a.latent_stride_batch + s * a.latent_stride_seq : nullptr;
+    latent_rows[i] =
+        latent ? latent + b * a.latent_stride_batch + s * a.latent_stride_seq : nullptr;
   }
 
   const int64_t n = p.kv_width();
@@ -300,9 +306,10 @@ class ThreadPool {
   }
 
   void work() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    uint64_t seen = generation_;
+    uint64_t seen = generation_.load();
     for (;;) {
+      spin_while_unchanged(seen);
+      std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return generation_ != seen && job_ != nullptr && slots_ > 0; });
       seen = generation_;
       --slots_;
@@ -315,15 +322,28 @@ class ThreadPool {
     }
   }
 
+  // Before sleeping, a worker polls for the next job for up to kSpin: a condition-variable wake-up
+  // takes ~20 us here, two tiles' worth of the founding case, and back-to-back calls (a layer loop,
+  // a benchmark) would pay it every time.
+  void spin_while_unchanged(uint64_t seen) const {
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    while (generation_.load(std::memory_order_relaxed) == seen &&
+           std::chrono::steady_clock::now() < until) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+
   std::mutex busy_;  // held by the one caller whose job the pool runs
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   std::vector<std::thread> threads_;
   // The open job, guarded by mutex_.
   Job* job_ = nullptr;
-  uint64_t generation_ = 0;
-  int slots_ = 0;   // workers that may still join
-  int active_ = 0;  // workers inside the job
+  std::atomic<uint64_t> generation_{0};  // written under mutex_, also polled without it
+  int slots_ = 0;                        // workers that may still join
+  int active_ = 0;                       // workers inside the job
 };
 
 struct TileWork {
@@ -343,9 +363,9 @@ void run_tile_item(const void* ctx, int64_t item) {
 
 Status run_cpu_blocked(const Problem& problem, const Args& args) {
   const int64_t t = problem.tokens();
-  const double fmas = static_cast<double>(t) *
-                      (static_cast<double>(problem.model_dim) * problem.rank +
-                       2.0 * static_cast<double>(problem.rank) * problem.kv_width());
+  const double fmas =
+      static_cast<double>(t) * (static_cast<double>(problem.model_dim) * problem.rank +
+                                2.0 * static_cast<double>(problem.rank) * problem.kv_width());
   ThreadPool* pool = nullptr;
   int threads = 1;
   if (fmas >= 2 * kFmasPerThread && t > kRows) {

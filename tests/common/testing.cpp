@@ -94,7 +94,8 @@ HostInputs random_inputs(const Problem& p, uint64_t seed) {
   const int64_t t = p.tokens(), n = p.kv_width();
   HostInputs in;
   in.hidden = random_values(rng, t * p.model_dim, 1.0, p.dtype);
-  in.w_down = random_values(rng, p.model_dim * p.rank, 1.0 / std::sqrt(double(p.model_dim)), p.dtype);
+  in.w_down =
+      random_values(rng, p.model_dim * p.rank, 1.0 / std::sqrt(double(p.model_dim)), p.dtype);
   in.w_up_k = random_values(rng, p.rank * n, 1.0 / std::sqrt(double(p.rank)), p.dtype);
   in.w_up_v = random_values(rng, p.rank * n, 1.0 / std::sqrt(double(p.rank)), p.dtype);
   return in;
@@ -151,8 +152,8 @@ std::string problem_id(const Problem& p) {
 
 std::vector<NamedCase> preset_cases() {
   return {
-      {"seed", shape(4, 96, 256, 48, 4, 32)},              // the founding case, T = 384
-      {"seed-x16", shape(16, 384, 256, 48, 4, 32)},        // T = 6144
+      {"seed", shape(4, 96, 256, 48, 4, 32)},        // the founding case, T = 384
+      {"seed-x16", shape(16, 384, 256, 48, 4, 32)},  // T = 6144
       {"deepseek-v2-lite", shape(1, 64, 2048, 512, 16, 128)},
       {"deepseek-v3", shape(1, 128, 7168, 512, 128, 128)},
   };
@@ -175,10 +176,10 @@ std::vector<Problem> edge_shapes() {
   std::vector<Problem> shapes;
   // Token counts around the tiles (one tile minus one, one, plus one), at the founding D, R, H, Dh,
   // split over batch and seq in different ways so tiles cross batch boundaries.
-  const int64_t token_splits[][2] = {
-      {1, 1},  {5, 1}, {2, 3},  {7, 1},  {1, 11}, {3, 4}, {1, 13}, {3, 5},
-      {2, 8},  {1, 17}, {1, 23}, {4, 6},  {5, 5},  {1, 31}, {4, 8}, {3, 11},
-      {1, 47}, {6, 8}, {7, 7},  {7, 9},  {1, 64}, {5, 13}, {1, 733}};
+  const int64_t token_splits[][2] = {{1, 1},  {5, 1},  {2, 3},  {7, 1},  {1, 11}, {3, 4},
+                                     {1, 13}, {3, 5},  {2, 8},  {1, 17}, {1, 23}, {4, 6},
+                                     {5, 5},  {1, 31}, {4, 8},  {3, 11}, {1, 47}, {6, 8},
+                                     {7, 7},  {7, 9},  {1, 64}, {5, 13}, {1, 733}};
   for (const auto& bs : token_splits) shapes.push_back(shape(bs[0], bs[1], 256, 48, 4, 32));
   // Everything odd, few tokens.
   for (int64_t t : {1, 5, 17, 33}) shapes.push_back(shape(1, t, 37, 19, 3, 11));
@@ -189,8 +190,8 @@ std::vector<Problem> edge_shapes() {
     shapes.push_back(shape(2, 3, 40, r, 2, 16));
   }
   // Output widths: N = 1, odd Dh, N not a multiple of 4, around the 256-column CUDA pass.
-  const int64_t heads_dims[][2] = {{1, 1},  {7, 1},  {1, 33}, {3, 33},
-                                   {5, 3},  {2, 129}, {5, 51}, {1, 257}};
+  const int64_t heads_dims[][2] = {{1, 1}, {7, 1},   {1, 33}, {3, 33},
+                                   {5, 3}, {2, 129}, {5, 51}, {1, 257}};
   for (const auto& hd : heads_dims) shapes.push_back(shape(2, 5, 24, 12, hd[0], hd[1]));
   shapes.push_back(shape(1, 1, 1, 1, 1, 1));
   return shapes;

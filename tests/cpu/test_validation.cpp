@@ -56,8 +56,7 @@ class Refusals : public ::testing::Test {
   void expect_refused(const Problem& q, const Args& args, const Options& o, StatusCode code,
                       const std::string& needle) {
     std::memset(outputs.data(), kSentinel, outputs.size() * sizeof(float));
-    const std::vector<std::vector<float>*> buffers = {&hidden, &w_down, &w_up_k, &w_up_v,
-                                                      &outputs};
+    const std::vector<std::vector<float>*> buffers = {&hidden, &w_down, &w_up_k, &w_up_v, &outputs};
     std::vector<std::vector<unsigned char>> before;
     for (const std::vector<float>* b : buffers) {
       const auto* bytes = reinterpret_cast<const unsigned char*>(b->data());
@@ -146,15 +145,15 @@ TEST_F(Refusals, OverlappingStrides) {
     int64_t value;
     const char* name;
   } cases[] = {
-      {&Args::hidden_stride_seq, 4, "args.hidden_stride_seq"},      // < D
+      {&Args::hidden_stride_seq, 4, "args.hidden_stride_seq"},       // < D
       {&Args::hidden_stride_batch, 14, "args.hidden_stride_batch"},  // < S * D
-      {&Args::w_down_stride_row, 3, "args.w_down_stride_row"},      // < R
-      {&Args::w_up_k_stride_row, 5, "args.w_up_k_stride_row"},      // < N
-      {&Args::out_stride_head, 2, "args.out_stride_head"},          // < Dh
-      {&Args::out_stride_seq, 5, "args.out_stride_seq"},            // < H * Dh
-      {&Args::out_stride_batch, 17, "args.out_stride_batch"},       // < S * N
-      {&Args::out_stride_kv, 35, "args.out_stride_kv"},             // K and V overlap
-      {&Args::latent_stride_seq, 3, "args.latent_stride_seq"},      // < R
+      {&Args::w_down_stride_row, 3, "args.w_down_stride_row"},       // < R
+      {&Args::w_up_k_stride_row, 5, "args.w_up_k_stride_row"},       // < N
+      {&Args::out_stride_head, 2, "args.out_stride_head"},           // < Dh
+      {&Args::out_stride_seq, 5, "args.out_stride_seq"},             // < H * Dh
+      {&Args::out_stride_batch, 17, "args.out_stride_batch"},        // < S * N
+      {&Args::out_stride_kv, 35, "args.out_stride_kv"},              // K and V overlap
+      {&Args::latent_stride_seq, 3, "args.latent_stride_seq"},       // < R
       {&Args::latent_stride_batch, 11, "args.latent_stride_batch"},  // < S * R
   };
   for (const auto& c : cases) {
@@ -166,23 +165,25 @@ TEST_F(Refusals, OverlappingStrides) {
 }
 
 TEST_F(Refusals, NegativeStrides) {
-  int64_t Args::*const strides[] = {
-      &Args::hidden_stride_batch, &Args::hidden_stride_seq,  &Args::w_down_stride_row,
-      &Args::w_up_k_stride_row,   &Args::w_up_v_stride_row,  &Args::out_stride_kv,
-      &Args::out_stride_batch,    &Args::out_stride_seq,     &Args::out_stride_head,
-      &Args::latent_stride_batch, &Args::latent_stride_seq};
-  const char* names[] = {"args.hidden_stride_batch", "args.hidden_stride_seq",
-                         "args.w_down_stride_row",   "args.w_up_k_stride_row",
-                         "args.w_up_v_stride_row",   "args.out_stride_kv",
-                         "args.out_stride_batch",    "args.out_stride_seq",
-                         "args.out_stride_head",     "args.latent_stride_batch",
-                         "args.latent_stride_seq"};
-  static_assert(std::size(strides) == std::size(names));
-  for (size_t i = 0; i < std::size(strides); ++i) {
-    SCOPED_TRACE(names[i]);
+  const struct {
+    int64_t Args::*field;
+    const char* name;
+  } strides[] = {{&Args::hidden_stride_batch, "args.hidden_stride_batch"},
+                 {&Args::hidden_stride_seq, "args.hidden_stride_seq"},
+                 {&Args::w_down_stride_row, "args.w_down_stride_row"},
+                 {&Args::w_up_k_stride_row, "args.w_up_k_stride_row"},
+                 {&Args::w_up_v_stride_row, "args.w_up_v_stride_row"},
+                 {&Args::out_stride_kv, "args.out_stride_kv"},
+                 {&Args::out_stride_batch, "args.out_stride_batch"},
+                 {&Args::out_stride_seq, "args.out_stride_seq"},
+                 {&Args::out_stride_head, "args.out_stride_head"},
+                 {&Args::latent_stride_batch, "args.latent_stride_batch"},
+                 {&Args::latent_stride_seq, "args.latent_stride_seq"}};
+  for (const auto& s : strides) {
+    SCOPED_TRACE(s.name);
     Args b = a;
-    b.*strides[i] = -1;
-    expect_invalid(b, names[i]);
+    b.*s.field = -1;
+    expect_invalid(b, s.name);
   }
 }
 

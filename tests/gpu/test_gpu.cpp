@@ -25,15 +25,15 @@ constexpr int kRandomShapes = 60;
 constexpr int64_t kOddPad = 3;  // odd strides: rows not 16-byte aligned
 constexpr unsigned char kNaNByte = 0xFF;
 
-#define SKIP_WITHOUT_CUDA()                                                        \
-  do {                                                                             \
-    if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";      \
+#define SKIP_WITHOUT_CUDA()                                                   \
+  do {                                                                        \
+    if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
-#define CUDA_ASSERT(call)                                                          \
-  do {                                                                             \
-    const cudaError_t err_ = (call);                                               \
-    ASSERT_EQ(err_, cudaSuccess) << #call << ": " << cudaGetErrorString(err_);     \
+#define CUDA_ASSERT(call)                                                      \
+  do {                                                                         \
+    const cudaError_t err_ = (call);                                           \
+    ASSERT_EQ(err_, cudaSuccess) << #call << ": " << cudaGetErrorString(err_); \
   } while (0)
 
 // float values (already rounded to dtype) as the dtype's bytes, and back.
@@ -260,8 +260,8 @@ int expect_cuda_matches(const Problem& p, const Expected& e, const Args& strides
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
     expect_output_matches(dev.out, p.dtype, host.out_offsets, e.out, e.out_tolerance, "out");
     if (with_latent) {
-      expect_output_matches(dev.latent, p.dtype, host.latent_offsets, e.latent,
-                            e.latent_tolerance, "latent");
+      expect_output_matches(dev.latent, p.dtype, host.latent_offsets, e.latent, e.latent_tolerance,
+                            "latent");
     }
   }
   return runs;

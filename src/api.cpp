@@ -2,6 +2,7 @@
 // dispatch (run). All validation lives here so every backend sees only well-formed calls, and a
 // refused call never reaches a backend, so nothing is written.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <sstream>
 
@@ -145,7 +146,7 @@ Status check_layout(const char* tensor, const Dim* dims, int rank, int64_t elem_
     }
     int64_t reach = 0;
     if (__builtin_mul_overflow(d.extent - 1, d.stride, &reach) ||
-        __builtin_add_overflow(last, reach, &last)) {
+        __builtin_add_overflow(last, reach, &last) || last == INT64_MAX) {
       return invalid(std::string(tensor) + " spans more than 2^63 elements with " +
                      (d.stride_name ? d.stride_name : "its inner dimension") + " = " +
                      std::to_string(d.stride));

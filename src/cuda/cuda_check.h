@@ -16,6 +16,20 @@ inline Status cuda_status(cudaError_t err, const char* what) {
           std::string(what) + " failed: " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err)};
 }
 
+// One-time setup (attribute queries, cuBLAS handles, their workspace) may happen on the first run()
+// while the caller captures a CUDA graph in global mode, which forbids calls such as cudaMalloc on
+// this thread. None of that setup is stream work, so it runs under relaxed capture mode.
+class RelaxedCaptureScope {
+ public:
+  RelaxedCaptureScope() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureScope() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureScope(const RelaxedCaptureScope&) = delete;
+  RelaxedCaptureScope& operator=(const RelaxedCaptureScope&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 }  // namespace latentkv::detail
 
 #define LATENTKV_CUDA_RETURN(call)                                                    \

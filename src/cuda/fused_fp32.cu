@@ -382,6 +382,7 @@ const DeviceFacts& device_facts(int device) {
   static std::array<std::once_flag, kMaxDevices> once;
   static std::array<DeviceFacts, kMaxDevices> facts;
   std::call_once(once[device], [device] {
+    const RelaxedCaptureScope relaxed;
     DeviceFacts& f = facts[device];
     int smem = 0;
     f.status = cuda_status(

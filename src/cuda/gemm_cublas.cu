@@ -50,6 +50,7 @@ Status device_handle(DeviceHandle** out) {
   }
   DeviceHandle& h = handles[device];
   std::call_once(once[device], [&h] {
+    const RelaxedCaptureScope relaxed;
     h.status = cublas_status(cublasCreate(&h.handle), "cublasCreate");
     if (h.status.ok()) {
       h.status = cuda_status(cudaMalloc(&h.workspace, kCublasWorkspaceBytes),

@@ -42,6 +42,7 @@ if want sanitize; then
     compute-sanitizer --tool $tool --error-exitcode 17 $TEST_GPU --gtest_brief=1 \
       --gtest_filter="${SANITIZE_FILTER:-*}" >"$OUT/sanitize_$tool.log" 2>&1; rc=$?
     note "compute-sanitizer $tool rc=$rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | head -1)"
+    [ $rc -ne 0 ] && grep -m 3 -A 8 -E "^========= (Error|Invalid|Race|Warning)" "$OUT/sanitize_$tool.log"
   done
 fi
 

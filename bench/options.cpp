@@ -42,8 +42,7 @@ shape
                          call and non-float32 cases are skipped (and said so)
 backend
   --backend NAME         auto | cpu | cuda (default auto)
-  --strategy NAME        auto | cpu-blocked | cuda-fused | cuda-gemm | cuda-splitk: force one
-                         strategy (default auto);
+  --strategy NAME        auto | cpu-blocked | cuda-fused | cuda-gemm: force one strategy (default auto);
                          with --backend auto it also picks the backend
 timing
   --warmup N             unmeasured runs first (default 10)
@@ -125,8 +124,7 @@ Backend backend_of(Strategy strategy) {
   switch (strategy) {
     case Strategy::kCpuBlocked: return Backend::kCpu;
     case Strategy::kCudaFused:
-    case Strategy::kCudaGemm:
-    case Strategy::kCudaSplitK: return Backend::kCuda;
+    case Strategy::kCudaGemm: return Backend::kCuda;
     case Strategy::kAuto: break;
   }
   return Backend::kAuto;
@@ -234,10 +232,10 @@ int parse_options(int argc, char** argv, BenchOptions* options) {
     } else if (arg == "--strategy") {
       if (!parse_enum(value,
                       {Strategy::kAuto, Strategy::kCpuBlocked, Strategy::kCudaFused,
-                       Strategy::kCudaGemm, Strategy::kCudaSplitK},
+                       Strategy::kCudaGemm},
                       &options->strategy)) {
         return bad_option("--strategy = '" + value +
-                          "': expected auto, cpu-blocked, cuda-fused, cuda-gemm or cuda-splitk");
+                          "': expected auto, cpu-blocked, cuda-fused or cuda-gemm");
       }
     } else if (arg == "--seconds") {
       if (!parse_seconds(value, &options->timing.seconds)) {

@@ -48,7 +48,6 @@ const char* to_string(Strategy strategy) {
     case Strategy::kCpuBlocked: return "cpu-blocked";
     case Strategy::kCudaFused: return "cuda-fused";
     case Strategy::kCudaGemm: return "cuda-gemm";
-    case Strategy::kCudaSplitK: return "cuda-splitk";
   }
   return "unknown strategy";
 }
@@ -314,10 +313,6 @@ Status choose(const Problem& p, const Args& a, const Options& o, Strategy* chose
       LATENTKV_RETURN_IF_ERROR(detail::cuda_gemm_supports(p, a));
       *chosen = Strategy::kCudaGemm;
       return Status::Ok();
-    case Strategy::kCudaSplitK:
-      LATENTKV_RETURN_IF_ERROR(detail::cuda_splitk_supports(p, a));
-      *chosen = Strategy::kCudaSplitK;
-      return Status::Ok();
     case Strategy::kAuto: break;
     default:
       return {StatusCode::kInvalidArgument, std::string("options.strategy = ") +
@@ -330,12 +325,6 @@ Status choose(const Problem& p, const Args& a, const Options& o, Strategy* chose
   const Status fused = detail::cuda_fused_supports(p);
   if (fused.ok() && detail::cuda_fused_preferred(p)) {
     *chosen = Strategy::kCudaFused;
-    return Status::Ok();
-  }
-  // Few tokens with large weights: every SM on the weight stream (cuBLAS runs GEMV-shaped
-  // kernels on a fraction of the SMs there, measured 2-4x slower).
-  if (detail::cuda_splitk_supports(p, a).ok()) {
-    *chosen = Strategy::kCudaSplitK;
     return Status::Ok();
   }
   const Status gemm = detail::cuda_gemm_supports(p, a);
@@ -370,16 +359,11 @@ Status select_strategy(const Problem& problem, const Args& args, const Options& 
 
 int64_t workspace_size(const Problem& problem, const Options& options) {
   if (!check_problem(problem).ok() || resolve_backend(options.backend) != Backend::kCuda) return 0;
-  switch (options.strategy) {
-    case Strategy::kCudaGemm: return detail::cuda_gemm_workspace_size(problem);
-    case Strategy::kCudaSplitK: return detail::cuda_splitk_workspace_size(problem);
-    case Strategy::kAuto: break;
-    default: return 0;
-  }
-  if (detail::cuda_fused_supports(problem).ok() && detail::cuda_fused_preferred(problem)) return 0;
-  // Whichever of cuda-splitk and cuda-gemm the pointers will allow: room for both.
-  return std::max(detail::cuda_splitk_workspace_size(problem),
-                  detail::cuda_gemm_workspace_size(problem));
+  const bool gemm = options.strategy == Strategy::kCudaGemm ||
+                    (options.strategy == Strategy::kAuto &&
+                     !(detail::cuda_fused_supports(problem).ok() &&
+                       detail::cuda_fused_preferred(problem)));
+  return gemm ? detail::cuda_gemm_workspace_size(problem) : 0;
 }
 
 Status check(const Problem& problem, const Args& args, const Options& options) {
@@ -393,7 +377,6 @@ Status run(const Problem& problem, const Args& args, const Options& options) {
     case Strategy::kCpuBlocked: return detail::run_cpu_blocked(problem, args);
     case Strategy::kCudaFused: return detail::run_cuda_fused(problem, args, options.stream);
     case Strategy::kCudaGemm: return detail::run_cuda_gemm(problem, args, options.stream);
-    case Strategy::kCudaSplitK: return detail::run_cuda_splitk(problem, args, options.stream);
     case Strategy::kAuto: break;
   }
   return {StatusCode::kUnsupported, "no strategy takes " + problem.to_string()};

@@ -25,10 +25,4 @@ int64_t cuda_gemm_workspace_size(const Problem& problem);
 Status cuda_gemm_supports(const Problem& problem, const Args& args);
 Status run_cuda_gemm(const Problem& problem, const Args& args, Stream stream);
 
-// Split-K decode strategy (src/cuda/splitk_decode.cu): T <= 8, weights read 4 at a time, needs a
-// workspace for its partial sums (0 from cuda_splitk_workspace_size: T too large for it).
-int64_t cuda_splitk_workspace_size(const Problem& problem);
-Status cuda_splitk_supports(const Problem& problem, const Args& args);
-Status run_cuda_splitk(const Problem& problem, const Args& args, Stream stream);
-
 }  // namespace latentkv::detail

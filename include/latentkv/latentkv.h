@@ -114,8 +114,6 @@ enum class Strategy {
   kCudaFused,   // CUDA: one launch, latent kept in shared memory (float32)
   kCudaGemm,    // CUDA: cuBLAS GEMMs on tensor cores / FFMA, K and V written straight into the
                 // stacked output (no stack copy); the latent goes to args.latent or the workspace
-  kCudaSplitK,  // CUDA, few tokens (T <= 8): the weights streamed by every SM in three short
-                // kernels (split-K down projection, reduction, column-split up projection)
 };
 const char* to_string(Strategy strategy);
 
@@ -130,9 +128,8 @@ bool backend_available(Backend backend);
 // kAuto resolves to kCuda when available, else kCpu.
 Backend resolve_backend(Backend backend);
 
-// Bytes of args.workspace that the strategy run() would choose, given a workspace, needs (the
-// latent for cuda-gemm when args.latent is null; split-K partials for cuda-splitk); 0 when that
-// strategy needs none (the fused kernel, the CPU).
+// Bytes of args.workspace that the strategy run() would choose, given a workspace, needs when
+// args.latent is null; 0 when that strategy needs none (the fused kernel, the CPU).
 int64_t workspace_size(const Problem& problem, const Options& options = {});
 
 // Validates everything run() needs; writes and launches nothing.

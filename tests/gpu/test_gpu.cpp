@@ -130,14 +130,10 @@ struct DeviceCall {
     }
     CUDA_ASSERT(out.allocate(host.out.size() * eb, shift));
     if (with_latent) CUDA_ASSERT(latent.allocate(host.latent.size() * eb, shift));
-    // Room for every strategy: cuda-gemm's latent (when no latent buffer) and cuda-splitk's
-    // partial sums (always).
-    Options gemm, splitk;
-    gemm.backend = splitk.backend = Backend::kCuda;
+    Options gemm;
+    gemm.backend = Backend::kCuda;
     gemm.strategy = Strategy::kCudaGemm;
-    splitk.strategy = Strategy::kCudaSplitK;
-    const int64_t workspace_bytes =
-        std::max(with_latent ? 0 : workspace_size(p, gemm), workspace_size(p, splitk));
+    const int64_t workspace_bytes = with_latent ? 0 : workspace_size(p, gemm);
     if (workspace_bytes > 0) CUDA_ASSERT(workspace.allocate(workspace_bytes, 0));
     CUDA_ASSERT(poison(nullptr));
     CUDA_ASSERT(cudaDeviceSynchronize());  // before a run on a stream that does not wait for it
@@ -170,8 +166,7 @@ Options cuda_options(Strategy strategy = Strategy::kAuto, cudaStream_t stream = 
 }
 
 // kAuto, then each CUDA strategy forced.
-constexpr Strategy kCudaStrategies[] = {Strategy::kAuto, Strategy::kCudaFused, Strategy::kCudaGemm,
-                                        Strategy::kCudaSplitK};
+constexpr Strategy kCudaStrategies[] = {Strategy::kAuto, Strategy::kCudaFused, Strategy::kCudaGemm};
 
 // Reads a device output back and compares it with the reference: finite, within tolerance, and
 // nothing written outside the tensor's own elements.
@@ -230,8 +225,8 @@ Expected expected_for(const Problem& p) {
 
 // Runs p on CUDA under `strides` (every pointer `misalign` elements off its allocation) on
 // `stream`, with kAuto and each strategy forced, and compares out and latent with the expected
-// results each time. A forced strategy may answer kUnsupported (cuda-fused: bf16/fp16,
-// cuda-splitk: T > 8 or unaligned weights, cuda-gemm: padded heads); kAuto may only for bf16/fp16. Returns the runs made; *why gets the refusal when
+// results each time. A forced strategy may answer kUnsupported (cuda-fused: bf16/fp16, cuda-gemm:
+// padded heads); kAuto may only for bf16/fp16. Returns the runs made; *why gets the refusal when
 // kAuto ran nothing.
 int expect_cuda_matches(const Problem& p, const Expected& e, const Args& strides, bool with_latent,
                         std::string* why, int64_t misalign = 0, cudaStream_t stream = nullptr) {
@@ -364,9 +359,7 @@ TEST_F(GpuSeedCall, AutoPicksACudaStrategy) {
   Strategy chosen = Strategy::kAuto;
   const Status s = select_strategy(p, dev.args, cuda_options(), &chosen);
   ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_TRUE(chosen == Strategy::kCudaFused || chosen == Strategy::kCudaGemm ||
-              chosen == Strategy::kCudaSplitK)
-      << to_string(chosen);
+  EXPECT_TRUE(chosen == Strategy::kCudaFused || chosen == Strategy::kCudaGemm) << to_string(chosen);
   const Status wrong = check(p, dev.args, cuda_options(Strategy::kCpuBlocked));
   EXPECT_EQ(wrong.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(wrong.message().find("options.strategy"), std::string::npos) << wrong.message();
@@ -458,10 +451,6 @@ TEST_P(GpuGraphs, CapturableInACudaGraph) {
   SKIP_WITHOUT_CUDA();
   Problem p;
   ASSERT_TRUE(find_preset("seed", &p));
-  if (GetParam() == Strategy::kCudaSplitK) {  // a decode-sized call: T = 7 <= 8
-    p.batch = 1;
-    p.seq = 7;
-  }
   const Expected e = expected_for(p);
   for (bool with_latent : {true, false}) {
     SCOPED_TRACE(with_latent ? "latent" : "no latent");
@@ -492,11 +481,10 @@ TEST_P(GpuGraphs, CapturableInACudaGraph) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, GpuGraphs,
-                         ::testing::Values(Strategy::kCudaFused, Strategy::kCudaGemm,
-                                           Strategy::kCudaSplitK),
+                         ::testing::Values(Strategy::kCudaFused, Strategy::kCudaGemm),
                          [](const ::testing::TestParamInfo<Strategy>& info) {
-                           // "cuda-fused" -> "fused": test names take letters, digits and _.
-                           return std::string(to_string(info.param) + 5);
+                           return std::string(info.param == Strategy::kCudaFused ? "fused"
+                                                                                 : "gemm");
                          });
 
 class GpuLowPrecision : public ::testing::TestWithParam<DType> {};

@@ -40,6 +40,8 @@ shape
   --sweep                the standard list: seed, seed-x16, T in {1,7,64,733,6144} with the seed
                          dims, and the remaining presets; on the CPU, cases over 10 GFLOP per
                          call and non-float32 cases are skipped (and said so)
+  --sweep-mla            DeepSeek-V2-Lite T in {1,64,1024,8192} and V3 T in {1,128,4096}, bfloat16
+                         (--dtype overrides): the real-model table, GPU only
 backend
   --backend NAME         auto | cpu | cuda (default auto)
   --strategy NAME        auto | cpu-blocked | cuda-fused | cuda-gemm: force one strategy (default auto);
@@ -130,6 +132,29 @@ Backend backend_of(Strategy strategy) {
   return Backend::kAuto;
 }
 
+// The real-model table (issue 5): DeepSeek-V2-Lite and V3 from decode to prefill, bfloat16 unless
+// --dtype says otherwise.
+std::vector<BenchCase> mla_sweep_cases() {
+  const struct {
+    const char* preset;
+    int64_t tokens[4];
+  } rows[] = {{"deepseek-v2-lite", {1, 64, 1024, 8192}}, {"deepseek-v3", {1, 128, 4096, 0}}};
+  std::vector<BenchCase> cases;
+  for (const auto& row : rows) {
+    Problem base;
+    if (!testing::find_preset(row.preset, &base)) continue;
+    for (int64_t t : row.tokens) {
+      if (t == 0) continue;
+      Problem p = base;
+      p.batch = 1;
+      p.seq = t;
+      p.dtype = DType::kBFloat16;
+      cases.push_back({std::string(row.preset) + " T=" + std::to_string(t), p});
+    }
+  }
+  return cases;
+}
+
 std::vector<BenchCase> sweep_cases() {
   std::vector<BenchCase> cases;
   Problem seed;
@@ -153,6 +178,7 @@ std::vector<BenchCase> sweep_cases() {
 
 int parse_options(int argc, char** argv, BenchOptions* options) {
   std::string preset = "seed";
+  bool mla_sweep = false;
   bool dtype_set = false;
   DType dtype = DType::kFloat32;
   bool shape_set = false;
@@ -184,10 +210,11 @@ int parse_options(int argc, char** argv, BenchOptions* options) {
       print_usage(stdout);
       return 0;
     }
-    if (arg == "--json" || arg == "--sweep" || arg == "--no-rotate") {
+    if (arg == "--json" || arg == "--sweep" || arg == "--sweep-mla" || arg == "--no-rotate") {
       if (has_value) return bad_option(arg + " takes no value");
       if (arg == "--json") options->json = true;
       if (arg == "--sweep") options->sweep = true;
+      if (arg == "--sweep-mla") options->sweep = mla_sweep = true;
       if (arg == "--no-rotate") options->timing.rotate = false;
       continue;
     }
@@ -274,7 +301,7 @@ int parse_options(int argc, char** argv, BenchOptions* options) {
       return bad_option("--sweep runs its own list of cases; drop --preset, --tokens and the "
                         "dimension options");
     }
-    options->cases = sweep_cases();
+    options->cases = mla_sweep ? mla_sweep_cases() : sweep_cases();
   } else {
     if (!tokens.empty() && (dims[0] > 0 || dims[1] > 0)) {
       return bad_option("--tokens sets batch=1 and seq=T itself; drop --batch and --seq");

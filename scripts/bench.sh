@@ -5,6 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
-cmake --preset release -DLATENTKV_BUILD_TESTS=OFF >/dev/null
+cmake --preset release -DLATENTKV_BUILD_BENCH=ON >/dev/null
 cmake --build --preset release -j "$(nproc)" --target latentkv-bench
 ./build/bench/latentkv-bench "$@"

@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
-cmake --preset release >/dev/null
+# Explicit ON: a build directory configured earlier (e.g. by bench.sh) keeps its cached options.
+cmake --preset release -DLATENTKV_BUILD_TESTS=ON -DLATENTKV_BUILD_BENCH=ON >/dev/null
 cmake --build --preset release -j "$(nproc)"
 ctest --preset release --no-tests=error
 .venv/bin/python -m pip install -q .

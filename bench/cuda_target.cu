@@ -230,9 +230,13 @@ class CudaTarget final : public Target {
     }
     BENCH_CHECK(cudaMalloc(&slab_, set_bytes * static_cast<size_t>(sets_)));
     // Scratch for strategies that materialize the latent (allocated once, like a real caller).
+    // Sized for every strategy, so that any of them can be forced.
     Options cuda;
     cuda.backend = Backend::kCuda;
-    workspace_bytes_ = workspace_size(problem, cuda);
+    for (Strategy s : {Strategy::kAuto, Strategy::kCudaGemm, Strategy::kCudaDecode}) {
+      cuda.strategy = s;
+      workspace_bytes_ = std::max(workspace_bytes_, workspace_size(problem, cuda));
+    }
     if (workspace_bytes_ > 0) BENCH_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
 
     // Everything on stream_, which does not order with the legacy default stream that plain

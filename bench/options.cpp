@@ -44,8 +44,8 @@ shape
                          (--dtype overrides): the real-model table, GPU only
 backend
   --backend NAME         auto | cpu | cuda (default auto)
-  --strategy NAME        auto | cpu-blocked | cuda-fused | cuda-gemm: force one strategy (default auto);
-                         with --backend auto it also picks the backend
+  --strategy NAME        auto | cpu-blocked | cuda-fused | cuda-gemm | cuda-decode: force one
+                         strategy (default auto); with --backend auto it also picks the backend
 timing
   --warmup N             unmeasured runs first (default 10)
   --iters N              timed samples (default 100; GPU: graph replays and host loops)
@@ -126,7 +126,8 @@ Backend backend_of(Strategy strategy) {
   switch (strategy) {
     case Strategy::kCpuBlocked: return Backend::kCpu;
     case Strategy::kCudaFused:
-    case Strategy::kCudaGemm: return Backend::kCuda;
+    case Strategy::kCudaGemm:
+    case Strategy::kCudaDecode: return Backend::kCuda;
     case Strategy::kAuto: break;
   }
   return Backend::kAuto;
@@ -259,10 +260,10 @@ int parse_options(int argc, char** argv, BenchOptions* options) {
     } else if (arg == "--strategy") {
       if (!parse_enum(value,
                       {Strategy::kAuto, Strategy::kCpuBlocked, Strategy::kCudaFused,
-                       Strategy::kCudaGemm},
+                       Strategy::kCudaGemm, Strategy::kCudaDecode},
                       &options->strategy)) {
         return bad_option("--strategy = '" + value +
-                          "': expected auto, cpu-blocked, cuda-fused or cuda-gemm");
+                          "': expected auto, cpu-blocked, cuda-fused, cuda-gemm or cuda-decode");
       }
     } else if (arg == "--seconds") {
       if (!parse_seconds(value, &options->timing.seconds)) {

@@ -48,6 +48,7 @@ const char* to_string(Strategy strategy) {
     case Strategy::kCpuBlocked: return "cpu-blocked";
     case Strategy::kCudaFused: return "cuda-fused";
     case Strategy::kCudaGemm: return "cuda-gemm";
+    case Strategy::kCudaDecode: return "cuda-decode";
   }
   return "unknown strategy";
 }
@@ -313,18 +314,27 @@ Status choose(const Problem& p, const Args& a, const Options& o, Strategy* chose
       LATENTKV_RETURN_IF_ERROR(detail::cuda_gemm_supports(p, a));
       *chosen = Strategy::kCudaGemm;
       return Status::Ok();
+    case Strategy::kCudaDecode:
+      LATENTKV_RETURN_IF_ERROR(detail::cuda_decode_supports(p, a));
+      *chosen = Strategy::kCudaDecode;
+      return Status::Ok();
     case Strategy::kAuto: break;
     default:
       return {StatusCode::kInvalidArgument, std::string("options.strategy = ") +
                                                 to_string(o.strategy) +
                                                 " does not run on options.backend = cuda"};
   }
-  // The fused kernel where launches and round trips dominate (few tokens, small weights); cuBLAS
-  // where the work is GEMM-sized and the fused FFMA kernel would lose to it; the fused kernel again
-  // when cuBLAS cannot take the call (no latent buffer or workspace, heads not packed).
+  // The fused kernel where launches and round trips dominate (few tokens, small weights); the
+  // decode kernels where few tokens meet weights worth streaming over every SM (cuBLAS leaves most
+  // SMs idle there); cuBLAS where the work is GEMM-sized and the fused FFMA kernel would lose to
+  // it; then whatever takes the call (no workspace, heads not packed, unaligned weights).
   const Status fused = detail::cuda_fused_supports(p);
   if (fused.ok() && detail::cuda_fused_preferred(p)) {
     *chosen = Strategy::kCudaFused;
+    return Status::Ok();
+  }
+  if (detail::cuda_decode_preferred(p) && detail::cuda_decode_supports(p, a).ok()) {
+    *chosen = Strategy::kCudaDecode;
     return Status::Ok();
   }
   const Status gemm = detail::cuda_gemm_supports(p, a);
@@ -336,8 +346,14 @@ Status choose(const Problem& p, const Args& a, const Options& o, Strategy* chose
     *chosen = Strategy::kCudaFused;
     return Status::Ok();
   }
+  const Status decode = detail::cuda_decode_supports(p, a);
+  if (decode.ok()) {
+    *chosen = Strategy::kCudaDecode;
+    return Status::Ok();
+  }
   return {gemm.code(), "no CUDA strategy takes " + p.to_string() + ": cuda-fused: " +
-                           fused.message() + "; cuda-gemm: " + gemm.message()};
+                           fused.message() + "; cuda-gemm: " + gemm.message() +
+                           "; cuda-decode: " + decode.message()};
 }
 
 }  // namespace
@@ -357,13 +373,24 @@ Status select_strategy(const Problem& problem, const Args& args, const Options& 
   return Status::Ok();
 }
 
-int64_t workspace_size(const Problem& problem, const Options& options) {
+int64_t workspace_size(const Problem& problem, const Options& options, bool with_latent) {
   if (!check_problem(problem).ok() || resolve_backend(options.backend) != Backend::kCuda) return 0;
-  const bool gemm = options.strategy == Strategy::kCudaGemm ||
-                    (options.strategy == Strategy::kAuto &&
-                     !(detail::cuda_fused_supports(problem).ok() &&
-                       detail::cuda_fused_preferred(problem)));
-  return gemm ? detail::cuda_gemm_workspace_size(problem) : 0;
+  Strategy strategy = options.strategy;
+  if (strategy == Strategy::kAuto) {
+    // choose()'s order, for a call that has the workspace and well-aligned weights.
+    if (detail::cuda_fused_supports(problem).ok() && detail::cuda_fused_preferred(problem)) {
+      strategy = Strategy::kCudaFused;
+    } else if (detail::cuda_decode_preferred(problem)) {
+      strategy = Strategy::kCudaDecode;
+    } else {
+      strategy = Strategy::kCudaGemm;
+    }
+  }
+  switch (strategy) {
+    case Strategy::kCudaGemm: return with_latent ? 0 : detail::cuda_gemm_workspace_size(problem);
+    case Strategy::kCudaDecode: return detail::cuda_decode_workspace_size(problem);
+    default: return 0;
+  }
 }
 
 Status check(const Problem& problem, const Args& args, const Options& options) {
@@ -377,6 +404,7 @@ Status run(const Problem& problem, const Args& args, const Options& options) {
     case Strategy::kCpuBlocked: return detail::run_cpu_blocked(problem, args);
     case Strategy::kCudaFused: return detail::run_cuda_fused(problem, args, options.stream);
     case Strategy::kCudaGemm: return detail::run_cuda_gemm(problem, args, options.stream);
+    case Strategy::kCudaDecode: return detail::run_cuda_decode(problem, args, options.stream);
     case Strategy::kAuto: break;
   }
   return {StatusCode::kUnsupported, "no strategy takes " + problem.to_string()};

@@ -114,6 +114,8 @@ enum class Strategy {
   kCudaFused,   // CUDA: one launch, latent kept in shared memory (float32)
   kCudaGemm,    // CUDA: cuBLAS GEMMs on tensor cores / FFMA, K and V written straight into the
                 // stacked output (no stack copy); the latent goes to args.latent or the workspace
+  kCudaDecode,  // CUDA: few tokens (<= 16) and large weights: the weights streamed over every SM
+                // in three launches chained by programmatic dependent launch; needs the workspace
 };
 const char* to_string(Strategy strategy);
 
@@ -128,9 +130,11 @@ bool backend_available(Backend backend);
 // kAuto resolves to kCuda when available, else kCpu.
 Backend resolve_backend(Backend backend);
 
-// Bytes of args.workspace that the strategy run() would choose, given a workspace, needs when
-// args.latent is null; 0 when that strategy needs none (the fused kernel, the CPU).
-int64_t workspace_size(const Problem& problem, const Options& options = {});
+// Bytes of args.workspace that the strategy run() would choose, given a workspace, needs; 0 when
+// it needs none (cuda-fused, the CPU; cuda-gemm when the call has a latent output). Without the
+// workspace, run() falls back to a strategy that needs none where one takes the problem.
+int64_t workspace_size(const Problem& problem, const Options& options = {},
+                       bool with_latent = false);
 
 // Validates everything run() needs; writes and launches nothing.
 Status check(const Problem& problem, const Args& args, const Options& options = {});

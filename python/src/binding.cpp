@@ -312,11 +312,12 @@ class CudaDeviceGuard {
 constexpr int64_t kRan = 1, kNothingToRun = 0;
 
 // Bytes of workspace this call should get from the caller, else 0: what the strategy the
-// dispatcher would pick, given scratch, needs for the latent when latent_out is not passed.
+// dispatcher would pick, given scratch, needs (cuBLAS: the latent, when latent_out is not passed;
+// the decode kernels: their partial sums).
 int64_t workspace_wanted(const latentkv::Problem& p, const latentkv::Args& a,
                          const latentkv::Options& options) {
-  if (a.latent != nullptr || a.workspace != nullptr) return 0;
-  return latentkv::workspace_size(p, options);
+  if (a.workspace != nullptr) return 0;
+  return latentkv::workspace_size(p, options, a.latent != nullptr);
 }
 
 // kv_proj and _noop share everything but the call to run(): _noop measures the binding's own cost.

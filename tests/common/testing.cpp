@@ -65,6 +65,8 @@ std::vector<std::pair<int64_t, int64_t>> tensor_dims(const Problem& p, const Arg
   return {};
 }
 
+}  // namespace
+
 Problem shape(int64_t b, int64_t s, int64_t d, int64_t r, int64_t h, int64_t dh) {
   Problem p;
   p.batch = b;
@@ -75,8 +77,6 @@ Problem shape(int64_t b, int64_t s, int64_t d, int64_t r, int64_t h, int64_t dh)
   p.head_dim = dh;
   return p;
 }
-
-}  // namespace
 
 float round_to_dtype(float value, DType dtype) {
   if (dtype == DType::kBFloat16) return round_mantissa(value, 16);  // 8 of float32's 24 bits

@@ -52,6 +52,8 @@ struct NamedCase {
   std::string name;
   Problem problem;
 };
+// A float32 problem of batch b, seq s, model_dim d, rank r, heads h, head_dim dh.
+Problem shape(int64_t b, int64_t s, int64_t d, int64_t r, int64_t h, int64_t dh);
 std::vector<NamedCase> preset_cases();  // "seed", "deepseek-v2-lite", "deepseek-v3", ...
 bool find_preset(const std::string& name, Problem* problem);
 

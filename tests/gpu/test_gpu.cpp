@@ -105,8 +105,8 @@ struct DeviceTensor {
 };
 
 // A host call (strided_buffers) mirrored on the device with the same strides; every pointer is
-// `misalign` elements past its allocation, outputs poisoned with NaN bytes. Without a latent output
-// the call carries the workspace cuda-gemm asks for, so every strategy can take it.
+// `misalign` elements past its allocation, outputs poisoned with NaN bytes. The call carries the
+// largest workspace any strategy asks for, so every strategy can take it.
 struct DeviceCall {
   DType dtype = DType::kFloat32;
   DeviceTensor hidden, w_down, w_up_k, w_up_v, out, latent, workspace;
@@ -130,10 +130,13 @@ struct DeviceCall {
     }
     CUDA_ASSERT(out.allocate(host.out.size() * eb, shift));
     if (with_latent) CUDA_ASSERT(latent.allocate(host.latent.size() * eb, shift));
-    Options gemm;
-    gemm.backend = Backend::kCuda;
-    gemm.strategy = Strategy::kCudaGemm;
-    const int64_t workspace_bytes = with_latent ? 0 : workspace_size(p, gemm);
+    int64_t workspace_bytes = 0;
+    for (Strategy s : {Strategy::kAuto, Strategy::kCudaGemm, Strategy::kCudaDecode}) {
+      Options o;
+      o.backend = Backend::kCuda;
+      o.strategy = s;
+      workspace_bytes = std::max(workspace_bytes, workspace_size(p, o, with_latent));
+    }
     if (workspace_bytes > 0) CUDA_ASSERT(workspace.allocate(workspace_bytes, 0));
     CUDA_ASSERT(poison(nullptr));
     CUDA_ASSERT(cudaDeviceSynchronize());  // before a run on a stream that does not wait for it
@@ -166,7 +169,8 @@ Options cuda_options(Strategy strategy = Strategy::kAuto, cudaStream_t stream = 
 }
 
 // kAuto, then each CUDA strategy forced.
-constexpr Strategy kCudaStrategies[] = {Strategy::kAuto, Strategy::kCudaFused, Strategy::kCudaGemm};
+constexpr Strategy kCudaStrategies[] = {Strategy::kAuto, Strategy::kCudaFused, Strategy::kCudaGemm,
+                                        Strategy::kCudaDecode};
 
 // Reads a device output back and compares it with the reference: finite, within tolerance, and
 // nothing written outside the tensor's own elements.
@@ -226,10 +230,12 @@ Expected expected_for(const Problem& p) {
 // Runs p on CUDA under `strides` (every pointer `misalign` elements off its allocation) on
 // `stream`, with kAuto and each strategy forced, and compares out and latent with the expected
 // results each time. A forced strategy may answer kUnsupported (cuda-fused: bf16/fp16, cuda-gemm:
-// padded heads); kAuto may only for bf16/fp16. Returns the runs made; *why gets the refusal when
-// kAuto ran nothing.
+// padded heads, cuda-decode: T > 16 or unaligned weights); kAuto may only for bf16/fp16. Returns
+// the runs made; *why gets the refusal when kAuto ran nothing; *ran, if given, collects the
+// strategies that ran.
 int expect_cuda_matches(const Problem& p, const Expected& e, const Args& strides, bool with_latent,
-                        std::string* why, int64_t misalign = 0, cudaStream_t stream = nullptr) {
+                        std::string* why, int64_t misalign = 0, cudaStream_t stream = nullptr,
+                        std::vector<Strategy>* ran = nullptr) {
   SCOPED_TRACE(p.to_string() + (with_latent ? ", latent" : ", no latent") + ", pad " +
                std::to_string(strides.out_stride_head - p.head_dim) + ", misalign " +
                std::to_string(misalign));
@@ -256,6 +262,7 @@ int expect_cuda_matches(const Problem& p, const Expected& e, const Args& strides
     EXPECT_TRUE(s.ok()) << to_string(s.code()) << ": " << s.message();
     if (!s.ok()) return runs;
     ++runs;
+    if (ran != nullptr) ran->push_back(strategy);
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
     expect_output_matches(dev.out, p.dtype, host.out_offsets, e.out, e.out_tolerance, "out");
@@ -451,6 +458,7 @@ TEST_P(GpuGraphs, CapturableInACudaGraph) {
   SKIP_WITHOUT_CUDA();
   Problem p;
   ASSERT_TRUE(find_preset("seed", &p));
+  if (GetParam() == Strategy::kCudaDecode) p.seq = 7;  // a decode-sized call: T = 7
   const Expected e = expected_for(p);
   for (bool with_latent : {true, false}) {
     SCOPED_TRACE(with_latent ? "latent" : "no latent");
@@ -481,11 +489,96 @@ TEST_P(GpuGraphs, CapturableInACudaGraph) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, GpuGraphs,
-                         ::testing::Values(Strategy::kCudaFused, Strategy::kCudaGemm),
+                         ::testing::Values(Strategy::kCudaFused, Strategy::kCudaGemm,
+                                           Strategy::kCudaDecode),
                          [](const ::testing::TestParamInfo<Strategy>& info) {
-                           return std::string(info.param == Strategy::kCudaFused ? "fused"
-                                                                                 : "gemm");
+                           std::string name = to_string(info.param);
+                           return name.substr(name.find('-') + 1);
                          });
+
+// Shapes of the decode strategy (T <= 16): token counts around its 4-token groups and its limit,
+// D around the 32-row slots and across chunks, R around its 64/32-column tiles and past one
+// 512-row pass, N around the 32/16-column blocks, and DeepSeek decode. Every R and N is a multiple
+// of 8, so all three dtypes can take the 16-byte weight vectors.
+std::vector<Problem> decode_shapes() {
+  std::vector<Problem> shapes;
+  const int64_t token_splits[][2] = {{1, 1}, {1, 2}, {3, 1}, {1, 4}, {1, 5}, {2, 3},
+                                     {7, 1}, {2, 4}, {3, 3}, {1, 13}, {4, 4}, {1, 16}};
+  for (const auto& bs : token_splits) shapes.push_back(shape(bs[0], bs[1], 300, 48, 4, 32));
+  for (int64_t d : {1, 31, 33, 100, 4128, 7168}) shapes.push_back(shape(1, 3, d, 64, 2, 64));
+  for (int64_t r : {8, 56, 64, 72, 512, 520, 1032}) shapes.push_back(shape(1, 5, 96, r, 2, 16));
+  const int64_t heads_dims[][2] = {{1, 8}, {3, 8}, {5, 8}, {3, 88}, {16, 128}};
+  for (const auto& hd : heads_dims) shapes.push_back(shape(2, 1, 64, 24, hd[0], hd[1]));
+  shapes.push_back(shape(1, 1, 2048, 512, 16, 128));  // DeepSeek-V2-Lite decode
+  shapes.push_back(shape(4, 4, 2048, 512, 16, 128));
+  shapes.push_back(shape(1, 1, 7168, 512, 128, 128));  // DeepSeek-V3 decode
+  return shapes;
+}
+
+// Odd strides everywhere the decode kernels read or write element by element (hidden, out with
+// unpacked heads, latent), and weight rows padded by 8 elements so they stay 16-byte vectors.
+Args decode_padded_args(const Problem& p) {
+  Args a = padded_args(p, kOddPad);
+  a.w_down_stride_row = p.rank + 8;
+  a.w_up_k_stride_row = p.kv_width() + 8;
+  a.w_up_v_stride_row = p.kv_width() + 8;
+  return a;
+}
+
+class GpuDecode : public ::testing::TestWithParam<DType> {};
+
+// Every decode shape in every dtype, packed and padded, latent off and on, against float64 under
+// each strategy; cuda-decode itself must have run on each of them.
+TEST_P(GpuDecode, MatchesFloat64) {
+  SKIP_WITHOUT_CUDA();
+  for (Problem p : decode_shapes()) {
+    p.dtype = GetParam();
+    const Expected e = expected_for(p);
+    for (const Args& strides : {padded_args(p, 0), decode_padded_args(p)}) {
+      for (bool with_latent : {false, true}) {
+        std::string why;
+        std::vector<Strategy> ran;
+        expect_cuda_matches(p, e, strides, with_latent, &why, 0, nullptr, &ran);
+        if (HasFatalFailure()) return;
+        EXPECT_NE(std::find(ran.begin(), ran.end(), Strategy::kCudaDecode), ran.end())
+            << p.to_string() << ": cuda-decode did not run";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GpuDecode,
+                         ::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kFloat16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(to_string(info.param));
+                         });
+
+// kAuto sends DeepSeek decode to cuda-decode when the call has a workspace, and falls back to a
+// strategy that needs none when it does not.
+TEST(GpuDecodeDispatch, AutoPicksDecodeForFewTokens) {
+  SKIP_WITHOUT_CUDA();
+  Problem p = shape(1, 1, 2048, 512, 16, 128);
+  p.dtype = DType::kBFloat16;
+  const StridedBuffers host =
+      strided_buffers(p, random_inputs(p, kSeed), padded_args(p, 0), /*with_latent=*/true);
+  DeviceCall dev;
+  dev.init(p, host, 0);
+  if (HasFatalFailure()) return;
+  EXPECT_GT(workspace_size(p, cuda_options(), true), 0);
+  Strategy chosen = Strategy::kAuto;
+  Status s = select_strategy(p, dev.args, cuda_options(), &chosen);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(chosen, Strategy::kCudaDecode);
+  Args no_workspace = dev.args;
+  no_workspace.workspace = nullptr;
+  no_workspace.workspace_bytes = 0;
+  s = select_strategy(p, no_workspace, cuda_options(), &chosen);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(chosen, Strategy::kCudaGemm);  // the latent output is its scratch
+  s = check(p, no_workspace, cuda_options(Strategy::kCudaDecode));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("args.workspace_bytes"), std::string::npos) << s.message();
+}
 
 class GpuLowPrecision : public ::testing::TestWithParam<DType> {};
 

@@ -1,0 +1,448 @@
+// The decode strategy (Strategy::kCudaDecode): few tokens (T <= 16) against large weights, as in
+// MLA decoding (DeepSeek-V2-Lite: 6 MB of bf16 weights per call for one token). The cost is
+// streaming the weights from HBM once, so the work is cut to put every SM on the weight stream with
+// all of its loads in flight at once, and the stages are chained with programmatic dependent launch
+// (PDL) so that the up-projection weights are already on their way while the down projection runs:
+//   1. down_partials   grid (R / kDownCols column tiles, chunks of D): each block reads a
+//                      (32 * loads) x kDownCols tile of w_down (every load issued before any use),
+//                      multiplies by the staged hidden rows and writes partials[chunk][t][r];
+//                      chunks are few (~128 blocks in all), so the next stage sums only ~16.
+//   2. reduce_latent   latent[t][r] = sum over chunks, in a fixed order (deterministic), as float32
+//                      for stage 3, and rounded to the dtype for the caller's latent output.
+//   3. up_project      grid (2N / kUpCols): each block loads its kUpCols columns of [w_up_k | w_up_v]
+//                      over up to 512 rows of R into registers *before* waiting for stage 2, then
+//                      multiplies by the float32 latent and writes the stacked output directly
+//                      (any head stride: heads need not be packed).
+// Stages 2 and 3 are launched with the programmatic-stream-serialization attribute: their blocks
+// start once every block of the previous stage is running, and cudaGridDependencySynchronize()
+// holds them until that stage's memory is visible. Three launches on the caller's stream, no host
+// synchronization, graph-capturable; the scratch (partials and the float32 latent) is the caller's
+// workspace. float32 accumulation for every dtype, and the latent stays float32 between the stages
+// (the unfused baseline rounds it to the dtype), so the error is at most the baseline's.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "backends.h"
+#include "cuda/cuda_check.h"
+
+namespace latentkv::detail {
+namespace {
+
+constexpr int kMaxTokens = 16;     // the strategy's limit on T = batch * seq
+constexpr int kTokenGroup = 4;     // tokens per pass: 4 x vector-width accumulators per thread,
+                                   // few enough registers for stages 1 and 3 to share an SM
+constexpr int kThreads = 256;      // 8 warps, every stage
+constexpr int kWarps = kThreads / 32;
+constexpr int kTargetBlocks = 128;  // stage 1 cuts D into chunks until about this many blocks
+constexpr int kMaxDownLoads = 8;    // 16-byte weight loads per thread in stage 1 (<= 128 registers)
+constexpr int kDownSlots = 32;      // row slots per block in stage 1 (8 warps x 4)
+constexpr int kUpLoads = 8;         // 16-byte weight loads per thread per pass of stage 3
+constexpr int kUpSlots = 64;        // row slots per block in stage 3 (8 warps x 8)
+constexpr int kUpRowsPerPass = kUpSlots * kUpLoads;  // 512: all of R for DeepSeek in one pass
+
+// 16-byte vectors of the weights: 4 floats or 8 bf16/fp16.
+template <typename T>
+struct Vec {
+  static constexpr int kWidth = 16 / sizeof(T);
+};
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+
+// One 16-byte weight vector, read through the non-coherent path: weights are read exactly once.
+__device__ __forceinline__ uint4 load_vector(const void* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+// The vector's elements as floats.
+template <typename T>
+__device__ __forceinline__ void unpack(const uint4& raw, float (&f)[Vec<T>::kWidth]) {
+  const T* v = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < Vec<T>::kWidth; ++i) f[i] = to_float(v[i]);
+}
+
+// PDL: let the next kernel in the stream start its prologue / wait for the previous one.
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_stage() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+#endif
+}
+
+template <typename T>
+struct DecodeParams {
+  const T* hidden;  // [B, S, D], strides (hidden_stride_batch, hidden_stride_seq, 1)
+  int64_t hidden_stride_batch, hidden_stride_seq;
+  const T* w_down;  // [D, R], row stride w_down_stride
+  int64_t w_down_stride;
+  const T* w_up_k;  // [R, N]
+  const T* w_up_v;  // [R, N]
+  int64_t w_up_k_stride, w_up_v_stride;
+  T* out;  // [2, B, S, H, Dh]
+  int64_t out_stride_kv, out_stride_batch, out_stride_seq, out_stride_head;
+  T* latent_out;  // [B, S, R] or null
+  int64_t latent_stride_batch, latent_stride_seq;
+  float* partials;  // [chunks, T, R] workspace
+  float* latent;    // [T, R] workspace
+  int tokens, seq, model_dim, rank, head_dim, kv_width;
+  int chunks, down_loads;  // stage 1: chunks of D, each down_loads * kDownSlots rows
+};
+
+__device__ __forceinline__ int64_t token_offset(int token, int seq, int64_t stride_batch,
+                                                int64_t stride_seq) {
+  return (token / seq) * stride_batch + (token % seq) * stride_seq;
+}
+
+// Stage 1. Block (column tile x, chunk y); thread = (column vector lane % 8, row slot
+// warp * 4 + lane / 8); the thread's rows are slot, slot + 32, ... within the chunk.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 2)
+    down_partials(const __grid_constant__ DecodeParams<T> p) {
+  constexpr int kW = Vec<T>::kWidth;
+  constexpr int kCols = 8 * kW;  // 64 (bf16/fp16) or 32 (fp32) latent columns per block
+  __shared__ float x[kMaxTokens][kMaxDownLoads * kDownSlots];  // hidden rows of the chunk
+  __shared__ float reduce[kWarps][kTokenGroup][kCols];         // per-warp partial sums
+  allow_dependents();
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int slot = warp * 4 + lane / 8;
+  const int col = blockIdx.x * kCols + (lane % 8) * kW;
+  const int rows = p.down_loads * kDownSlots;
+  const int d0 = blockIdx.y * rows;
+
+  uint4 w[kMaxDownLoads];
+#pragma unroll
+  for (int i = 0; i < kMaxDownLoads; ++i) {
+    const int d = d0 + slot + i * kDownSlots;
+    w[i] = make_uint4(0, 0, 0, 0);
+    if (i < p.down_loads && d < p.model_dim && col < p.rank) {
+      w[i] = load_vector(p.w_down + d * p.w_down_stride + col);
+    }
+  }
+  for (int i = threadIdx.x; i < p.tokens * rows; i += kThreads) {
+    const int t = i / rows, r = i % rows;
+    x[t][r] = d0 + r < p.model_dim
+                  ? to_float(p.hidden[token_offset(t, p.seq, p.hidden_stride_batch,
+                                                   p.hidden_stride_seq) + d0 + r])
+                  : 0.f;
+  }
+  __syncthreads();
+
+  for (int t0 = 0; t0 < p.tokens; t0 += kTokenGroup) {
+    float acc[kTokenGroup][kW] = {};
+#pragma unroll
+    for (int i = 0; i < kMaxDownLoads; ++i) {
+      if (i >= p.down_loads) break;
+      float wf[kW];
+      unpack<T>(w[i], wf);
+#pragma unroll
+      for (int t = 0; t < kTokenGroup; ++t) {
+        const float xv = t0 + t < p.tokens ? x[t0 + t][slot + i * kDownSlots] : 0.f;
+#pragma unroll
+        for (int c = 0; c < kW; ++c) acc[t][c] = fmaf(xv, wf[c], acc[t][c]);
+      }
+    }
+    // The 4 row slots of a warp share columns (lanes 8 apart): fold them, then the 8 warps.
+#pragma unroll
+    for (int t = 0; t < kTokenGroup; ++t) {
+#pragma unroll
+      for (int c = 0; c < kW; ++c) {
+        float v = acc[t][c];
+        v += __shfl_xor_sync(0xffffffffu, v, 8);
+        v += __shfl_xor_sync(0xffffffffu, v, 16);
+        if (lane < 8) reduce[warp][t][lane * kW + c] = v;
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kTokenGroup * kCols; i += kThreads) {
+      const int t = t0 + i / kCols, r = blockIdx.x * kCols + i % kCols;
+      if (t >= p.tokens || r >= p.rank) continue;
+      float sum = 0.f;
+#pragma unroll
+      for (int g = 0; g < kWarps; ++g) sum += reduce[g][i / kCols][i % kCols];
+      p.partials[(int64_t{blockIdx.y} * p.tokens + t) * p.rank + r] = sum;
+    }
+    __syncthreads();
+  }
+}
+
+// Stage 2. One thread per (t, r): the chunk partials summed in chunk order.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    reduce_latent(const __grid_constant__ DecodeParams<T> p) {
+  allow_dependents();
+  wait_for_previous_stage();
+  const int i = blockIdx.x * kThreads + threadIdx.x;
+  if (i >= p.tokens * p.rank) return;
+  const int64_t plane = int64_t{p.tokens} * p.rank;
+  float sum = 0.f;
+#pragma unroll 8
+  for (int c = 0; c < p.chunks; ++c) sum += p.partials[c * plane + i];
+  p.latent[i] = sum;
+  if (p.latent_out != nullptr) {
+    const int t = i / p.rank, r = i % p.rank;
+    p.latent_out[token_offset(t, p.seq, p.latent_stride_batch, p.latent_stride_seq) + r] =
+        from_float<T>(sum);
+  }
+}
+
+// Stage 3. Block = kUpCols consecutive columns of [K | V] (one matrix per thread: N is a multiple
+// of the vector width); thread = (column vector lane % 4, row slot warp * 8 + lane / 4); the
+// thread's rows are slot, slot + 64, ... in passes of 512 rows.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 2) up_project(const __grid_constant__ DecodeParams<T> p) {
+  constexpr int kW = Vec<T>::kWidth;
+  constexpr int kCols = 4 * kW;  // 32 (bf16/fp16) or 16 (fp32) output columns per block
+  extern __shared__ float4 smem_raw[];
+  float* latent = reinterpret_cast<float*>(smem_raw);  // [T][R]
+  __shared__ float reduce[kWarps][kTokenGroup][kCols];
+  allow_dependents();
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int slot = warp * 8 + lane / 4;
+  const int N = p.kv_width;
+  const int col = blockIdx.x * kCols + (lane % 4) * kW;  // in [0, 2N)
+  const bool is_v = col >= N;
+  const T* w_base = is_v ? p.w_up_v + (col - N) : p.w_up_k + col;
+  const int64_t ld = is_v ? p.w_up_v_stride : p.w_up_k_stride;
+  const bool col_ok = col < 2 * N;
+
+  // The first pass of weights goes out before the wait: it overlaps stages 1 and 2.
+  uint4 w[kUpLoads];
+  auto load_pass = [&](int k0) {
+#pragma unroll
+    for (int i = 0; i < kUpLoads; ++i) {
+      const int k = k0 + slot + i * kUpSlots;
+      w[i] = col_ok && k < p.rank ? load_vector(w_base + k * ld) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  load_pass(0);
+  int loaded = 0;  // the pass whose weights are in w
+
+  wait_for_previous_stage();
+  for (int i = threadIdx.x; i < p.tokens * p.rank; i += kThreads) latent[i] = p.latent[i];
+  __syncthreads();
+
+  const int passes = (p.rank + kUpRowsPerPass - 1) / kUpRowsPerPass;
+  for (int t0 = 0; t0 < p.tokens; t0 += kTokenGroup) {
+    float acc[kTokenGroup][kW] = {};
+    for (int pass = 0; pass < passes; ++pass) {
+      if (pass != loaded) {
+        load_pass(pass * kUpRowsPerPass);
+        loaded = pass;
+      }
+#pragma unroll
+      for (int i = 0; i < kUpLoads; ++i) {
+        const int k = pass * kUpRowsPerPass + slot + i * kUpSlots;
+        if (k >= p.rank) break;
+        float wf[kW];
+        unpack<T>(w[i], wf);
+#pragma unroll
+        for (int t = 0; t < kTokenGroup; ++t) {
+          const float a = t0 + t < p.tokens ? latent[(t0 + t) * p.rank + k] : 0.f;
+#pragma unroll
+          for (int c = 0; c < kW; ++c) acc[t][c] = fmaf(a, wf[c], acc[t][c]);
+        }
+      }
+    }
+    // The 8 row slots of a warp share columns (lanes 4 apart): fold them, then the 8 warps.
+#pragma unroll
+    for (int t = 0; t < kTokenGroup; ++t) {
+#pragma unroll
+      for (int c = 0; c < kW; ++c) {
+        float v = acc[t][c];
+        v += __shfl_xor_sync(0xffffffffu, v, 4);
+        v += __shfl_xor_sync(0xffffffffu, v, 8);
+        v += __shfl_xor_sync(0xffffffffu, v, 16);
+        if (lane < 4) reduce[warp][t][lane * kW + c] = v;
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kTokenGroup * kCols; i += kThreads) {
+      const int t = t0 + i / kCols, j = blockIdx.x * kCols + i % kCols;
+      if (t >= p.tokens || j >= 2 * N) continue;
+      float sum = 0.f;
+#pragma unroll
+      for (int g = 0; g < kWarps; ++g) sum += reduce[g][i / kCols][i % kCols];
+      const int kv = j >= N, n = j - kv * N;
+      p.out[kv * p.out_stride_kv + token_offset(t, p.seq, p.out_stride_batch, p.out_stride_seq) +
+            (n / p.head_dim) * p.out_stride_head + n % p.head_dim] = from_float<T>(sum);
+    }
+    __syncthreads();
+  }
+}
+
+int vector_width(DType dtype) { return 16 / static_cast<int>(element_size(dtype)); }
+
+// Stage 1's plan: the most rows per chunk (fewest partials) that still gives ~kTargetBlocks blocks.
+struct DownPlan {
+  int loads;
+  int chunks;
+};
+DownPlan down_plan(const Problem& p) {
+  const int64_t col_tiles = (p.rank + 8 * vector_width(p.dtype) - 1) / (8 * vector_width(p.dtype));
+  DownPlan plan{kMaxDownLoads, 0};
+  for (; plan.loads > 1; plan.loads /= 2) {
+    const int64_t rows = int64_t{plan.loads} * kDownSlots;
+    if (col_tiles * ((p.model_dim + rows - 1) / rows) >= kTargetBlocks) break;
+  }
+  const int64_t rows = int64_t{plan.loads} * kDownSlots;
+  plan.chunks = static_cast<int>((p.model_dim + rows - 1) / rows);
+  return plan;
+}
+
+int64_t latent_floats(const Problem& p) { return p.tokens() * p.rank; }
+
+size_t up_smem_bytes(const Problem& p) { return sizeof(float) * latent_floats(p); }
+
+bool aligned(const void* ptr, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0;
+}
+
+template <typename T>
+Status launch(const Problem& p, const Args& a, Stream stream) {
+  const DownPlan plan = down_plan(p);
+  DecodeParams<T> k;
+  k.hidden = static_cast<const T*>(a.hidden);
+  k.hidden_stride_batch = a.hidden_stride_batch;
+  k.hidden_stride_seq = a.hidden_stride_seq;
+  k.w_down = static_cast<const T*>(a.w_down);
+  k.w_down_stride = a.w_down_stride_row;
+  k.w_up_k = static_cast<const T*>(a.w_up_k);
+  k.w_up_v = static_cast<const T*>(a.w_up_v);
+  k.w_up_k_stride = a.w_up_k_stride_row;
+  k.w_up_v_stride = a.w_up_v_stride_row;
+  k.out = static_cast<T*>(a.out);
+  k.out_stride_kv = a.out_stride_kv;
+  k.out_stride_batch = a.out_stride_batch;
+  k.out_stride_seq = a.out_stride_seq;
+  k.out_stride_head = a.out_stride_head;
+  k.latent_out = static_cast<T*>(a.latent);
+  k.latent_stride_batch = a.latent_stride_batch;
+  k.latent_stride_seq = a.latent_stride_seq;
+  k.partials = static_cast<float*>(a.workspace);
+  k.latent = k.partials + int64_t{plan.chunks} * latent_floats(p);
+  k.tokens = static_cast<int>(p.tokens());
+  k.seq = static_cast<int>(p.seq);
+  k.model_dim = static_cast<int>(p.model_dim);
+  k.rank = static_cast<int>(p.rank);
+  k.head_dim = static_cast<int>(p.head_dim);
+  k.kv_width = static_cast<int>(p.kv_width());
+  k.chunks = plan.chunks;
+  k.down_loads = plan.loads;
+
+  const int w = Vec<T>::kWidth;
+  const dim3 down_grid(static_cast<unsigned>((k.rank + 8 * w - 1) / (8 * w)),
+                       static_cast<unsigned>(plan.chunks));
+  down_partials<T><<<down_grid, kThreads, 0, stream>>>(k);
+  LATENTKV_CUDA_RETURN(cudaGetLastError());
+
+  cudaLaunchAttribute pdl[1];
+  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  config.attrs = pdl;
+  config.numAttrs = 1;
+
+  config.gridDim = dim3(static_cast<unsigned>((latent_floats(p) + kThreads - 1) / kThreads));
+  config.dynamicSmemBytes = 0;
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, reduce_latent<T>, k));
+
+  config.gridDim = dim3(static_cast<unsigned>((2 * int64_t{k.kv_width} + 4 * w - 1) / (4 * w)));
+  config.dynamicSmemBytes = up_smem_bytes(p);
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, up_project<T>, k));
+  return Status::Ok();
+}
+
+Status refuse(const std::string& why) {
+  return {StatusCode::kUnsupported, "cuda-decode: " + why};
+}
+
+}  // namespace
+
+int64_t cuda_decode_workspace_size(const Problem& p) {
+  if (p.tokens() > kMaxTokens) return 0;
+  return static_cast<int64_t>(sizeof(float)) * (down_plan(p).chunks + 1) * latent_floats(p);
+}
+
+Status cuda_decode_fits(const Problem& p) {
+  if (p.tokens() > kMaxTokens) {
+    return refuse("problem tokens (batch * seq) = " + std::to_string(p.tokens()) +
+                  " exceeds the " + std::to_string(kMaxTokens) + " it is built for");
+  }
+  // Stage 3 keeps the float32 latent [T][R] in shared memory (static part: the reduction).
+  if (p.rank > INT_MAX / kMaxTokens || up_smem_bytes(p) > 40 * 1024) {
+    return refuse("problem.rank = " + std::to_string(p.rank) + " with " +
+                  std::to_string(p.tokens()) + " tokens needs more than 40 KB of shared memory");
+  }
+  if (2 * p.kv_width() > INT_MAX / 2 || p.model_dim > INT_MAX / 2) {
+    return refuse("problem.model_dim or heads * head_dim exceeds its int32 indexing");
+  }
+  const int64_t vw = vector_width(p.dtype);
+  if (p.rank % vw != 0 || p.kv_width() % vw != 0) {
+    return refuse("needs problem.rank = " + std::to_string(p.rank) +
+                  " and heads * head_dim = " + std::to_string(p.kv_width()) +
+                  " to be multiples of " + std::to_string(vw) + " (16-byte weight vectors)");
+  }
+  return Status::Ok();
+}
+
+// Measured on an H200 (docs/perf-notes.md): for T <= 16 the three streaming launches beat cuBLAS
+// at every size where the fused float32 kernel is not already chosen (cuBLAS runs few, long
+// blocks on a handful of SMs for a GEMV-shaped problem).
+bool cuda_decode_preferred(const Problem& p) { return cuda_decode_fits(p).ok(); }
+
+Status cuda_decode_supports(const Problem& p, const Args& a) {
+  if (Status fits = cuda_decode_fits(p); !fits.ok()) return fits;
+  // Every weight row is read 16 bytes at a time.
+  const int64_t vw = vector_width(p.dtype);
+  if (a.w_down_stride_row % vw != 0 || a.w_up_k_stride_row % vw != 0 ||
+      a.w_up_v_stride_row % vw != 0 || !aligned(a.w_down, 16) || !aligned(a.w_up_k, 16) ||
+      !aligned(a.w_up_v, 16)) {
+    return refuse("needs the weight row strides to be multiples of " + std::to_string(vw) +
+                  " elements and the weights 16-byte aligned");
+  }
+  const int64_t need = cuda_decode_workspace_size(p);
+  if (a.workspace == nullptr || a.workspace_bytes < need || !aligned(a.workspace, 16)) {
+    return {StatusCode::kInvalidArgument,
+            "args.workspace_bytes = " + std::to_string(a.workspace_bytes) +
+                ": cuda-decode needs a 16-byte aligned workspace of " + std::to_string(need) +
+                " bytes"};
+  }
+  return Status::Ok();
+}
+
+Status run_cuda_decode(const Problem& p, const Args& a, Stream stream) {
+  switch (p.dtype) {
+    case DType::kFloat32: return launch<float>(p, a, stream);
+    case DType::kBFloat16: return launch<__nv_bfloat16>(p, a, stream);
+    case DType::kFloat16: return launch<__half>(p, a, stream);
+  }
+  return refuse("unknown dtype");
+}
+
+}  // namespace latentkv::detail

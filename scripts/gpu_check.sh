@@ -56,6 +56,7 @@ if want python; then
   (python3 -m pip install -q --no-build-isolation --no-deps . >"$OUT/pip.log" 2>&1 &&
    python3 -m pytest -q python/tests >"$OUT/pytest.log" 2>&1); rc=$?
   note "python tests rc=$rc: $(tail -1 "$OUT/pytest.log" 2>/dev/null)"
+  note "torch ops registered in: $(python3 -c 'import latentkv.torch as lt; print(lt.OPS_BACKEND)' 2>&1 | tail -1)"
 fi
 
 if want pybench; then

@@ -25,7 +25,8 @@ int64_t cuda_gemm_workspace_size(const Problem& problem);
 Status cuda_gemm_supports(const Problem& problem, const Args& args);
 Status run_cuda_gemm(const Problem& problem, const Args& args, Stream stream);
 
-// Decode strategy (src/cuda/decode_stream.cu): T <= 16 tokens, weights streamed over every SM.
+// Decode strategy (src/cuda/decode_stream.cu): T <= 16 tokens and R <= 512, the weights streamed
+// over every SM.
 // cuda_decode_fits looks at the problem alone (sizes, shared memory); cuda_decode_supports adds
 // the arguments (16-byte weight rows, the workspace).
 int64_t cuda_decode_workspace_size(const Problem& problem);

@@ -6,8 +6,13 @@ and latentkv.torch.LatentKVProjection. Two numbers per variant:
   wall: per call, back to back from Python (what a Python caller pays: CPU overhead or GPU time,
         whichever is larger), synchronized once at the end of the loop;
   gpu:  per call inside a CUDA graph of many calls, replayed (GPU time alone, no launch overhead).
-It also prints the layers of latentkv's own per-call cost (the binding's no-op call, the binding
-call that runs, the registered torch op, the module), and closes with a compact table.
+It also prints the layers of latentkv's own per-call cost, each back to back: the binding's no-op
+call, the binding call that runs, the Python kernel without dispatch, the op registered from Python,
+the op registered in C++ (latentkv/_torch_ops.so), latentkv.torch.kv_proj and the module; and closes
+with a compact table. Only one registration of torch.ops.latentkv can live in a process, so the
+Python-registered op is timed as a copy under the namespace latentkv_bench when the C++ one is
+active (the same Python kernels, so the same dispatch cost); LATENTKV_TORCH_OPS=python runs the
+whole benchmark on the Python registration (the C++ column is then empty).
 Without a GPU it runs on the CPU backend (wall time only), as a smoke test.
 
     python python/bench/bench_torch.py [--cases founding,deepseek-v3] [--dtypes fp32,bf16]
@@ -35,6 +40,23 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Issue 4's targets for the founding case, fp32, per call from Python.
 TARGET_CALL_US = 10.0
 TARGET_BINDING_US = 5.0
+# What registering the op may add over the bare binding (the reason for the C++ registration).
+TARGET_OP_OVERHEAD_US = 5.0
+_bench_lib = None  # keeps the latentkv_bench registration alive
+
+
+def python_registered_op():
+    """torch.ops.latentkv.kv_proj as registered from Python: the real one when that registration is
+    active, else the same definition and kernels under the namespace latentkv_bench."""
+    if lt.OPS_BACKEND == "python":
+        return torch.ops.latentkv.kv_proj.default
+    global _bench_lib
+    _bench_lib = torch.library.Library("latentkv_bench", "DEF")
+    _bench_lib.define(
+        "kv_proj(Tensor hidden, Tensor w_down, Tensor w_up_k, Tensor w_up_v, int num_heads) -> Tensor")
+    for key in ("CPU", "CUDA"):
+        _bench_lib.impl("kv_proj", lt._kv_proj_kernel, key)
+    return torch.ops.latentkv_bench.kv_proj.default
 
 
 def wall_us(fn, iters, repeats, sync):
@@ -86,7 +108,7 @@ def supported(fn):
         return str(e)
 
 
-def bench_case(name, dtype_name, args, device):
+def bench_case(name, dtype_name, args, device, op_python, op_cpp):
     b, s, d, r, h, dh = CASES[name]
     dtype = DTYPES[dtype_name]
     cuda = device.type == "cuda"
@@ -131,9 +153,14 @@ def bench_case(name, dtype_name, args, device):
     layers = {
         "noop_binding": lambda: _C._noop(x, w_down, w_up_k, w_up_v, out),
         "binding_run": lambda: _C.kv_proj(x, w_down, w_up_k, w_up_v, out),
+        "py_kernel": lambda: lt._kv_proj_kernel(x, w_down, w_up_k, w_up_v, h),
+        "op_python": lambda: op_python(x, w_down, w_up_k, w_up_v, h),
+        "op_cpp": lambda: op_cpp(x, w_down, w_up_k, w_up_v, h),
         "torch_op": lambda: lt.kv_proj(x, w_down, w_up_k, w_up_v, h),
         "module": lambda: ours(x),
     }
+    if op_cpp is None:
+        del layers["op_cpp"]
     for key, fn in layers.items():
         row[f"layer_{key}_us"] = wall_us(fn, iters, args.repeats, sync)
     return row
@@ -172,18 +199,21 @@ def print_table(rows, device):
         )
     print()
     print("latentkv per-call layers, back to back from Python, us (noop: the binding parsing and "
-          "checking, no run; binding: _C.kv_proj on a preallocated output; op: "
-          "torch.ops.latentkv.kv_proj; op-bind: what the registered op adds: dispatch, output "
-          "allocation, shape checks):")
-    print(f"{'case':<17}{'dtype':<6}{'noop':>9}{'binding':>9}{'op':>9}{'module':>9}"
-          f"{'op-bind':>9}")
+          "checking, no run; binding: _C.kv_proj on a preallocated output; py-kern: the Python op "
+          "kernel called directly (allocation, shape checks, binding); op-py / op-c++: "
+          "torch.ops.latentkv.kv_proj registered from Python / in C++; kv_proj: "
+          "latentkv.torch.kv_proj (the active op); +py / +c++: what each op adds over the binding):")
+    print(f"{'case':<17}{'dtype':<6}{'noop':>9}{'binding':>9}{'py-kern':>9}{'op-py':>9}{'op-c++':>9}"
+          f"{'kv_proj':>9}{'module':>9}{'+py':>9}{'+c++':>9}")
     for r in rows:
         if "unsupported" in r:
             continue
-        op_cost = r["layer_torch_op_us"] - r["layer_binding_run_us"]
-        print(f"{r['case']:<17}{r['dtype']:<6}{fmt(r['layer_noop_binding_us'])}"
-              f"{fmt(r['layer_binding_run_us'])}{fmt(r['layer_torch_op_us'])}"
-              f"{fmt(r['layer_module_us'])}{fmt(op_cost)}")
+        binding = r["layer_binding_run_us"]
+        print(f"{r['case']:<17}{r['dtype']:<6}{fmt(r['layer_noop_binding_us'])}{fmt(binding)}"
+              f"{fmt(r['layer_py_kernel_us'])}{fmt(r['layer_op_python_us'])}"
+              f"{fmt(r.get('layer_op_cpp_us'))}{fmt(r['layer_torch_op_us'])}"
+              f"{fmt(r['layer_module_us'])}{fmt(r['layer_op_python_us'] - binding)}"
+              f"{fmt(r['layer_op_cpp_us'] - binding if 'layer_op_cpp_us' in r else None)}")
     founding = next((r for r in rows if r["case"] == "founding" and r["dtype"] == "fp32"
                      and "unsupported" not in r), None)
     if founding is not None and device == "cuda":
@@ -192,6 +222,11 @@ def print_table(rows, device):
               f"({'meets' if call <= TARGET_CALL_US else 'MISSES'} <= {TARGET_CALL_US:g}); "
               f"binding overhead {noop:.2f} us "
               f"({'meets' if noop < TARGET_BINDING_US else 'MISSES'} < {TARGET_BINDING_US:g})")
+        op = founding.get("layer_op_cpp_us", founding["layer_op_python_us"])
+        added = op - founding["layer_binding_run_us"]
+        print(f"op overhead over the binding ({lt.OPS_BACKEND} registration): {added:.2f} us "
+              f"({'meets' if added <= TARGET_OP_OVERHEAD_US else 'MISSES'} <= "
+              f"{TARGET_OP_OVERHEAD_US:g})")
 
 
 def main():
@@ -211,14 +246,17 @@ def main():
     if device.type == "cuda" and not latentkv.cuda_available():
         sys.exit("latentkv sees no CUDA device (was it built with CUDA, is the driver new enough?)")
     print(f"torch {torch.__version__}, latentkv {latentkv.__version__}, device "
-          f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}")
+          f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
+          f"torch.ops.latentkv registered in {lt.OPS_BACKEND}")
+    op_python = python_registered_op()
+    op_cpp = torch.ops.latentkv.kv_proj.default if lt.OPS_BACKEND == "c++" else None
     rows = []
     with torch.no_grad():
         for name in args.cases.split(","):
             for dtype_name in args.dtypes.split(","):
                 if device.type == "cpu" and dtype_name != "fp32":
                     continue  # the CPU backend is float32 only
-                row = bench_case(name, dtype_name, args, device)
+                row = bench_case(name, dtype_name, args, device, op_python, op_cpp)
                 rows.append(row)
                 print(json.dumps(row))
     print_table(rows, device.type)

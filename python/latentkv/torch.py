@@ -2,9 +2,15 @@
 LatentKVProjection module, a drop-in for the reference module (same parameter names, shapes,
 creation order and init, so state_dicts and seeds carry over).
 
-The ops are declared with torch.library.define and get plain CPU and CUDA kernels plus a fake
-(meta) kernel: torch.compile(fullgraph=True) traces them, CUDA graphs capture them (the kernel runs
-on torch's current stream and allocates its output through torch), and torch.library.opcheck passes.
+The ops have plain CPU and CUDA kernels plus a fake (meta) kernel: torch.compile(fullgraph=True)
+traces them, CUDA graphs capture them (the kernel runs on torch's current stream and allocates its
+output through torch), and torch.library.opcheck passes. Where the package was built against torch
+(latentkv/_torch_ops.so, src/torch_ops.cpp), the ops and their kernels are registered in C++ and a
+call is a C++ dispatch; otherwise, or with LATENTKV_TORCH_OPS=python, they are declared here with
+torch.library and get Python kernels over the binding (~7 us more per call on an H200 host, which
+is why the C++ registration exists). Either way the fake kernels are the Python ones below, and
+OPS_BACKEND says which registration is active ("c++" or "python"). LATENTKV_TORCH_OPS=c++ makes a
+missing or unloadable C++ library an ImportError instead of a fallback.
 torch.library.custom_op would be shorter but puts a Python autograd wrapper in front of every call
 (~5 us more per call, measured); this module's ops have no autograd formula. LatentKVProjection
 therefore calls the fused op when no gradient is needed (torch.no_grad / inference_mode / frozen
@@ -14,13 +20,15 @@ Importing this module registers the ops once per process.
 """
 
 import math
+import os
+import warnings
 
 import torch
 from torch import nn
 
 from . import _C, _out_shape
 
-__all__ = ["kv_proj", "reference_kv_proj", "LatentKVProjection"]
+__all__ = ["kv_proj", "reference_kv_proj", "LatentKVProjection", "OPS_BACKEND"]
 
 _C_kv_proj = _C.kv_proj
 
@@ -68,14 +76,42 @@ def _finish(status, hidden, w_down, w_up_k, w_up_v, out, latent_out):
     _run(hidden, w_down, w_up_k, w_up_v, out, latent_out, None, workspace)
 
 
-_lib = torch.library.Library("latentkv", "DEF")
-_lib.define(
-    "kv_proj(Tensor hidden, Tensor w_down, Tensor w_up_k, Tensor w_up_v, int num_heads) -> Tensor"
-)
-_lib.define(
-    "kv_proj_with_latent(Tensor hidden, Tensor w_down, Tensor w_up_k, Tensor w_up_v, "
-    "int num_heads, Tensor(a!) latent_out) -> Tensor"
-)
+_OPS_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_ops.so")
+
+
+def _load_cpp_ops():
+    """Registers the ops from latentkv/_torch_ops.so and returns "c++"; returns "python" where the
+    library was not built (no torch at build time), does not load (built against another torch:
+    warned about) or LATENTKV_TORCH_OPS=python asks for the Python registration."""
+    choice = os.environ.get("LATENTKV_TORCH_OPS", "").strip().lower() or "auto"
+    if choice not in ("auto", "c++", "python"):
+        raise ValueError(f"LATENTKV_TORCH_OPS = {choice!r}: expected auto, c++ or python")
+    if choice == "python":
+        return "python"
+    if not os.path.exists(_OPS_LIBRARY):
+        if choice == "c++":
+            raise ImportError(
+                f"LATENTKV_TORCH_OPS=c++, but {_OPS_LIBRARY} was not built (build latentkv with "
+                "torch importable: pip install --no-build-isolation .)"
+            )
+        return "python"
+    try:
+        torch.ops.load_library(_OPS_LIBRARY)
+    except OSError as e:
+        if choice == "c++":
+            raise ImportError(f"LATENTKV_TORCH_OPS=c++, but {_OPS_LIBRARY} does not load: {e}") from e
+        warnings.warn(
+            f"latentkv: {_OPS_LIBRARY} does not load ({e}); the torch ops are registered from "
+            "Python instead (rebuild latentkv against this torch to get the C++ ones)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return "python"
+    return "c++"
+
+
+# "c++" or "python": which registration of torch.ops.latentkv.* this process uses.
+OPS_BACKEND = _load_cpp_ops()
 
 
 def _kv_proj_kernel(hidden, w_down, w_up_k, w_up_v, num_heads):
@@ -94,9 +130,19 @@ def _kv_proj_with_latent_kernel(hidden, w_down, w_up_k, w_up_v, num_heads, laten
     return out
 
 
-for _key in ("CPU", "CUDA"):
-    _lib.impl("kv_proj", _kv_proj_kernel, _key)
-    _lib.impl("kv_proj_with_latent", _kv_proj_with_latent_kernel, _key)
+if OPS_BACKEND == "python":
+    # The fallback: the same schemas as src/torch_ops.cpp, Python kernels over the binding.
+    _lib = torch.library.Library("latentkv", "DEF")
+    _lib.define(
+        "kv_proj(Tensor hidden, Tensor w_down, Tensor w_up_k, Tensor w_up_v, int num_heads) -> Tensor"
+    )
+    _lib.define(
+        "kv_proj_with_latent(Tensor hidden, Tensor w_down, Tensor w_up_k, Tensor w_up_v, "
+        "int num_heads, Tensor(a!) latent_out) -> Tensor"
+    )
+    for _key in ("CPU", "CUDA"):
+        _lib.impl("kv_proj", _kv_proj_kernel, _key)
+        _lib.impl("kv_proj_with_latent", _kv_proj_with_latent_kernel, _key)
 
 
 def _fake_checks(hidden, w_down, w_up_k, w_up_v, latent_out=None):
@@ -142,6 +188,11 @@ def _kv_proj_with_latent_fake(hidden, w_down, w_up_k, w_up_v, num_heads, latent_
 _op = torch.ops.latentkv.kv_proj.default
 _is_compiling = torch.compiler.is_compiling
 _op_with_latent = torch.ops.latentkv.kv_proj_with_latent.default
+# The eager module path, the cheapest way to the kernel (measured per call): with the C++
+# registration the op's own C++ entry point (OpOverload.__call__ only forwards to it; this skips
+# that Python frame); with the Python one, the kernel function itself, without the dispatcher's
+# Python-op dispatch. Either runs on the same stream as the op, so CUDA-graph capture is the same.
+_eager_kv_proj = getattr(_op, "_op", _op) if OPS_BACKEND == "c++" else _kv_proj_kernel
 
 
 def kv_proj(hidden, w_down, w_up_k, w_up_v, num_heads, *, latent_out=None):
@@ -208,9 +259,7 @@ class LatentKVProjection(nn.Module):
             return reference_kv_proj(x, w_down, w_up_k, w_up_v, self.num_heads)
         if _is_compiling():
             return _op(x, w_down, w_up_k, w_up_v, self.num_heads)
-        # Eager: the op's own kernel without the dispatcher's ~10 us of Python-op dispatch (the
-        # same code, on the same stream, so CUDA-graph capture of the module works the same).
-        return _kv_proj_kernel(x, w_down, w_up_k, w_up_v, self.num_heads)
+        return _eager_kv_proj(x, w_down, w_up_k, w_up_v, self.num_heads)
 
     def extra_repr(self):
         return (f"model_dim={self.model_dim}, rank={self.rank}, num_heads={self.num_heads}, "

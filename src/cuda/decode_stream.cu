@@ -9,10 +9,11 @@
 //                      chunks are few (~128 blocks in all), so the next stage sums only ~16.
 //   2. reduce_latent   latent[t][r] = sum over chunks, in a fixed order (deterministic), as float32
 //                      for stage 3, and rounded to the dtype for the caller's latent output.
-//   3. up_project      grid (2N / kUpCols): each block loads its kUpCols columns of [w_up_k | w_up_v]
-//                      over up to 512 rows of R into registers *before* waiting for stage 2, then
-//                      multiplies by the float32 latent and writes the stacked output directly
-//                      (any head stride: heads need not be packed).
+//   3. up_project      persistent, two blocks per SM, over tiles of 32 (16 for fp32) columns of
+//                      [w_up_k | w_up_v] and all R <= 512 rows, in registers; the first tile's
+//                      loads go out *before* waiting for stage 2, and each next tile's while the
+//                      current one is multiplied by the float32 latent and written straight into
+//                      the stacked output (any head stride: heads need not be packed).
 // Stages 2 and 3 are launched with the programmatic-stream-serialization attribute: their blocks
 // start once every block of the previous stage is running, and cudaGridDependencySynchronize()
 // holds them until that stage's memory is visible. Three launches on the caller's stream, no host
@@ -24,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -42,9 +44,10 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kTargetBlocks = 128;  // stage 1 cuts D into chunks until about this many blocks
 constexpr int kMaxDownLoads = 8;    // 16-byte weight loads per thread in stage 1 (<= 128 registers)
 constexpr int kDownSlots = 32;      // row slots per block in stage 1 (8 warps x 4)
-constexpr int kUpLoads = 8;         // 16-byte weight loads per thread per pass of stage 3
+constexpr int kUpLoads = 8;         // 16-byte weight loads per thread and tile in stage 3
 constexpr int kUpSlots = 64;        // row slots per block in stage 3 (8 warps x 8)
-constexpr int kUpRowsPerPass = kUpSlots * kUpLoads;  // 512: all of R for DeepSeek in one pass
+constexpr int kMaxRank = kUpSlots * kUpLoads;  // 512: R of every MLA model so far, in registers
+constexpr int kUpBlocksPerSm = 2;   // stage 3 is persistent: this many blocks per SM
 
 // 16-byte vectors of the weights: 4 floats or 8 bf16/fp16.
 template <typename T>
@@ -188,18 +191,27 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-// Stage 2. One thread per (t, r): the chunk partials summed in chunk order.
+// Stage 2. Block = 32 consecutive elements of latent [T][R] (one per lane); warp w sums chunks
+// w, w + 8, ... and the 8 warp sums meet in shared memory, in a fixed order (deterministic).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     reduce_latent(const __grid_constant__ DecodeParams<T> p) {
+  __shared__ float warp_sums[kWarps][32];
   allow_dependents();
   wait_for_previous_stage();
-  const int i = blockIdx.x * kThreads + threadIdx.x;
-  if (i >= p.tokens * p.rank) return;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int i = blockIdx.x * 32 + lane;
   const int64_t plane = int64_t{p.tokens} * p.rank;
   float sum = 0.f;
-#pragma unroll 8
-  for (int c = 0; c < p.chunks; ++c) sum += p.partials[c * plane + i];
+  if (i < plane) {
+#pragma unroll 4
+    for (int c = warp; c < p.chunks; c += kWarps) sum += p.partials[c * plane + i];
+  }
+  warp_sums[warp][lane] = sum;
+  __syncthreads();
+  if (warp != 0 || i >= plane) return;
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) sum += warp_sums[w][lane];
   p.latent[i] = sum;
   if (p.latent_out != nullptr) {
     const int t = i / p.rank, r = i % p.rank;
@@ -208,66 +220,57 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Stage 3. Block = kUpCols consecutive columns of [K | V] (one matrix per thread: N is a multiple
-// of the vector width); thread = (column vector lane % 4, row slot warp * 8 + lane / 4); the
-// thread's rows are slot, slot + 64, ... in passes of 512 rows.
+// Stage 3 works on tiles of kCols = 4 * kW consecutive columns of [K | V] (32 for bf16/fp16, 16
+// for fp32; one matrix per thread, since N is a multiple of the vector width); thread = (column
+// vector lane % 4, row slot warp * 8 + lane / 4), its rows slot, slot + 64, ... (R <= 512).
 template <typename T>
-__global__ void __launch_bounds__(kThreads, 2) up_project(const __grid_constant__ DecodeParams<T> p) {
-  constexpr int kW = Vec<T>::kWidth;
-  constexpr int kCols = 4 * kW;  // 32 (bf16/fp16) or 16 (fp32) output columns per block
-  extern __shared__ float4 smem_raw[];
-  float* latent = reinterpret_cast<float*>(smem_raw);  // [T][R]
-  __shared__ float reduce[kWarps][kTokenGroup][kCols];
-  allow_dependents();
+struct UpTile {
+  static constexpr int kW = Vec<T>::kWidth;
+  static constexpr int kCols = 4 * kW;
+};
 
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int slot = warp * 8 + lane / 4;
+// The thread's weight vectors of one tile, issued together (no use before the last is issued).
+template <typename T>
+__device__ __forceinline__ void load_up_tile(const DecodeParams<T>& p, int tile, int slot, int lane,
+                                             uint4 (&w)[kUpLoads]) {
   const int N = p.kv_width;
-  const int col = blockIdx.x * kCols + (lane % 4) * kW;  // in [0, 2N)
+  const int col = tile * UpTile<T>::kCols + (lane % 4) * UpTile<T>::kW;  // in [0, 2N)
   const bool is_v = col >= N;
-  const T* w_base = is_v ? p.w_up_v + (col - N) : p.w_up_k + col;
+  const T* base = is_v ? p.w_up_v + (col - N) : p.w_up_k + col;
   const int64_t ld = is_v ? p.w_up_v_stride : p.w_up_k_stride;
-  const bool col_ok = col < 2 * N;
-
-  // The first pass of weights goes out before the wait: it overlaps stages 1 and 2.
-  uint4 w[kUpLoads];
-  auto load_pass = [&](int k0) {
 #pragma unroll
-    for (int i = 0; i < kUpLoads; ++i) {
-      const int k = k0 + slot + i * kUpSlots;
-      w[i] = col_ok && k < p.rank ? load_vector(w_base + k * ld) : make_uint4(0, 0, 0, 0);
-    }
-  };
-  load_pass(0);
-  int loaded = 0;  // the pass whose weights are in w
+  for (int i = 0; i < kUpLoads; ++i) {
+    const int k = slot + i * kUpSlots;
+    w[i] = col < 2 * N && k < p.rank ? load_vector(base + k * ld) : make_uint4(0, 0, 0, 0);
+  }
+}
 
-  wait_for_previous_stage();
-  for (int i = threadIdx.x; i < p.tokens * p.rank; i += kThreads) latent[i] = p.latent[i];
-  __syncthreads();
-
-  const int passes = (p.rank + kUpRowsPerPass - 1) / kUpRowsPerPass;
+// out[:, :, tile's columns] = latent (shared memory, [T][R]) @ the tile's weights, token group by
+// token group: partial sums over the thread's rows, folded across the warp's 8 row slots by
+// shuffles, then across the 8 warps in shared memory.
+template <typename T>
+__device__ __forceinline__ void project_up_tile(const DecodeParams<T>& p, int tile, int slot,
+                                                int lane, int warp, const uint4 (&w)[kUpLoads],
+                                                const float* latent,
+                                                float (*reduce)[kTokenGroup][UpTile<T>::kCols]) {
+  constexpr int kW = UpTile<T>::kW;
+  constexpr int kCols = UpTile<T>::kCols;
+  const int N = p.kv_width;
   for (int t0 = 0; t0 < p.tokens; t0 += kTokenGroup) {
     float acc[kTokenGroup][kW] = {};
-    for (int pass = 0; pass < passes; ++pass) {
-      if (pass != loaded) {
-        load_pass(pass * kUpRowsPerPass);
-        loaded = pass;
-      }
 #pragma unroll
-      for (int i = 0; i < kUpLoads; ++i) {
-        const int k = pass * kUpRowsPerPass + slot + i * kUpSlots;
-        if (k >= p.rank) break;
-        float wf[kW];
-        unpack<T>(w[i], wf);
+    for (int i = 0; i < kUpLoads; ++i) {
+      const int k = slot + i * kUpSlots;
+      if (k >= p.rank) break;
+      float wf[kW];
+      unpack<T>(w[i], wf);
 #pragma unroll
-        for (int t = 0; t < kTokenGroup; ++t) {
-          const float a = t0 + t < p.tokens ? latent[(t0 + t) * p.rank + k] : 0.f;
+      for (int t = 0; t < kTokenGroup; ++t) {
+        const float a = t0 + t < p.tokens ? latent[(t0 + t) * p.rank + k] : 0.f;
 #pragma unroll
-          for (int c = 0; c < kW; ++c) acc[t][c] = fmaf(a, wf[c], acc[t][c]);
-        }
+        for (int c = 0; c < kW; ++c) acc[t][c] = fmaf(a, wf[c], acc[t][c]);
       }
     }
-    // The 8 row slots of a warp share columns (lanes 4 apart): fold them, then the 8 warps.
 #pragma unroll
     for (int t = 0; t < kTokenGroup; ++t) {
 #pragma unroll
@@ -281,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 2) up_project(const __grid_constant_
     }
     __syncthreads();
     for (int i = threadIdx.x; i < kTokenGroup * kCols; i += kThreads) {
-      const int t = t0 + i / kCols, j = blockIdx.x * kCols + i % kCols;
+      const int t = t0 + i / kCols, j = tile * kCols + i % kCols;
       if (t >= p.tokens || j >= 2 * N) continue;
       float sum = 0.f;
 #pragma unroll
@@ -291,6 +294,36 @@ __global__ void __launch_bounds__(kThreads, 2) up_project(const __grid_constant_
             (n / p.head_dim) * p.out_stride_head + n % p.head_dim] = from_float<T>(sum);
     }
     __syncthreads();
+  }
+}
+
+// Stage 3. Persistent blocks (about two per SM) walk the tiles gridDim.x apart with two register
+// buffers: the next tile's weights are in flight while the current one is multiplied. The first
+// tile's loads go out before the wait for stage 2, overlapping stages 1 and 2.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 2) up_project(const __grid_constant__ DecodeParams<T> p) {
+  extern __shared__ float4 smem_raw[];
+  float* latent = reinterpret_cast<float*>(smem_raw);  // [T][R]
+  __shared__ float reduce[kWarps][kTokenGroup][UpTile<T>::kCols];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int slot = warp * 8 + lane / 4;
+  const int tiles = (2 * p.kv_width + UpTile<T>::kCols - 1) / UpTile<T>::kCols;
+
+  uint4 w_a[kUpLoads], w_b[kUpLoads];
+  int tile = blockIdx.x;
+  load_up_tile(p, tile, slot, lane, w_a);
+
+  wait_for_previous_stage();
+  for (int i = threadIdx.x; i < p.tokens * p.rank; i += kThreads) latent[i] = p.latent[i];
+  __syncthreads();
+
+  for (; tile < tiles; tile += 2 * gridDim.x) {
+    const int next = tile + gridDim.x;
+    if (next < tiles) load_up_tile(p, next, slot, lane, w_b);
+    project_up_tile(p, tile, slot, lane, warp, w_a, latent, reduce);
+    if (next >= tiles) break;
+    if (next + gridDim.x < tiles) load_up_tile(p, next + gridDim.x, slot, lane, w_a);
+    project_up_tile(p, next, slot, lane, warp, w_b, latent, reduce);
   }
 }
 
@@ -316,6 +349,20 @@ DownPlan down_plan(const Problem& p) {
 int64_t latent_floats(const Problem& p) { return p.tokens() * p.rank; }
 
 size_t up_smem_bytes(const Problem& p) { return sizeof(float) * latent_floats(p); }
+
+// SMs of the current device, asked once per device (run() is on the hot path).
+Status multiprocessor_count(int* count) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  int device = 0;
+  LATENTKV_CUDA_RETURN(cudaGetDevice(&device));
+  if (device >= 0 && device < kMaxDevices && (*count = cached[device].load()) > 0) {
+    return Status::Ok();
+  }
+  LATENTKV_CUDA_RETURN(cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device));
+  if (device >= 0 && device < kMaxDevices) cached[device].store(*count);
+  return Status::Ok();
+}
 
 bool aligned(const void* ptr, int64_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0;
@@ -368,11 +415,14 @@ Status launch(const Problem& p, const Args& a, Stream stream) {
   config.attrs = pdl;
   config.numAttrs = 1;
 
-  config.gridDim = dim3(static_cast<unsigned>((latent_floats(p) + kThreads - 1) / kThreads));
+  config.gridDim = dim3(static_cast<unsigned>((latent_floats(p) + 31) / 32));
   config.dynamicSmemBytes = 0;
   LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, reduce_latent<T>, k));
 
-  config.gridDim = dim3(static_cast<unsigned>((2 * int64_t{k.kv_width} + 4 * w - 1) / (4 * w)));
+  int sms = 0;
+  if (Status counted = multiprocessor_count(&sms); !counted.ok()) return counted;
+  const int64_t tiles = (2 * int64_t{k.kv_width} + UpTile<T>::kCols - 1) / UpTile<T>::kCols;
+  config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(tiles, kUpBlocksPerSm * sms)));
   config.dynamicSmemBytes = up_smem_bytes(p);
   LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, up_project<T>, k));
   return Status::Ok();
@@ -394,10 +444,11 @@ Status cuda_decode_fits(const Problem& p) {
     return refuse("problem tokens (batch * seq) = " + std::to_string(p.tokens()) +
                   " exceeds the " + std::to_string(kMaxTokens) + " it is built for");
   }
-  // Stage 3 keeps the float32 latent [T][R] in shared memory (static part: the reduction).
-  if (p.rank > INT_MAX / kMaxTokens || up_smem_bytes(p) > 40 * 1024) {
-    return refuse("problem.rank = " + std::to_string(p.rank) + " with " +
-                  std::to_string(p.tokens()) + " tokens needs more than 40 KB of shared memory");
+  // Stage 3 holds a thread's rows of R in registers and the float32 latent [T][R] in shared
+  // memory (at most 16 x 512 floats, 32 KB).
+  if (p.rank > kMaxRank) {
+    return refuse("problem.rank = " + std::to_string(p.rank) + " exceeds the " +
+                  std::to_string(kMaxRank) + " it holds in registers");
   }
   if (2 * p.kv_width() > INT_MAX / 2 || p.model_dim > INT_MAX / 2) {
     return refuse("problem.model_dim or heads * head_dim exceeds its int32 indexing");

@@ -500,8 +500,9 @@ INSTANTIATE_TEST_SUITE_P(Strategies, GpuGraphs,
                          });
 
 // Shapes of the decode strategy (T <= 16): token counts around its 4-token groups and its limit,
-// D around the 32-row slots and across chunks, R around its 64/32-column tiles and past one
-// 512-row pass, N around the 32/16-column blocks, and DeepSeek decode. Every R and N is a multiple
+// D around the 32-row slots and across chunks, R around its 64/32-column tiles up to its 512
+// limit, N around the 32/16-column tiles (and enough tiles for several per persistent block),
+// and DeepSeek decode. Every R and N is a multiple
 // of 8, so all three dtypes can take the 16-byte weight vectors.
 std::vector<Problem> decode_shapes() {
   std::vector<Problem> shapes;
@@ -509,8 +510,8 @@ std::vector<Problem> decode_shapes() {
                                      {7, 1}, {2, 4}, {3, 3}, {1, 13}, {4, 4}, {1, 16}};
   for (const auto& bs : token_splits) shapes.push_back(shape(bs[0], bs[1], 300, 48, 4, 32));
   for (int64_t d : {1, 31, 33, 100, 4128, 7168}) shapes.push_back(shape(1, 3, d, 64, 2, 64));
-  for (int64_t r : {8, 56, 64, 72, 512, 520, 1032}) shapes.push_back(shape(1, 5, 96, r, 2, 16));
-  const int64_t heads_dims[][2] = {{1, 8}, {3, 8}, {5, 8}, {3, 88}, {16, 128}};
+  for (int64_t r : {8, 56, 64, 72, 504, 512}) shapes.push_back(shape(1, 5, 96, r, 2, 16));
+  const int64_t heads_dims[][2] = {{1, 8}, {3, 8}, {5, 8}, {3, 88}, {16, 128}, {128, 136}};
   for (const auto& hd : heads_dims) shapes.push_back(shape(2, 1, 64, 24, hd[0], hd[1]));
   shapes.push_back(shape(1, 1, 2048, 512, 16, 128));  // DeepSeek-V2-Lite decode
   shapes.push_back(shape(4, 4, 2048, 512, 16, 128));

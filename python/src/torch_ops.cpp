@@ -1,0 +1,250 @@
+// latentkv/_torch_ops.so: torch.ops.latentkv.kv_proj and kv_proj_with_latent registered in C++.
+//
+// The same two ops that latentkv/torch.py can register from Python, with the same schemas, but
+// dispatched without a Python kernel: the Python-registered op costs ~7 us per call more than the
+// binding it wraps (measured on an H200 host), this one a C++ dispatch. The kernel is thin:
+// cheap checks with the binding's messages (TORCH_CHECK_TYPE -> TypeError for dtypes,
+// TORCH_CHECK_VALUE -> ValueError for shapes, strides and devices, naming the argument and its
+// value), one at::empty for the output, Problem/Args from sizes and element strides, and
+// latentkv::run on torch's current stream of the tensors' device. Scratch for the strategy that
+// wants it (cuBLAS for the latent when latent_out is not given; the decode kernels' partial sums)
+// comes from at::empty too: torch's
+// caching allocator, stream-ordered and CUDA-graph safe. A refused call raises with latentkv's
+// message and writes nothing. The fake (meta) kernels stay in Python (latentkv.torch, named by
+// set_python_module), and torch.py loads this library with torch.ops.load_library; it has no
+// Python linkage. LATENTKV_TORCH_CUDA (set by CMake only when torch has CUDA) compiles the CUDA
+// registration, device guard and stream lookup.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+#include <torch/version.h>
+
+#ifdef LATENTKV_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <cstdint>
+#include <string>
+
+#include "latentkv/latentkv.h"
+
+namespace {
+
+// Dtype names as the binding (DLPack) spells them, so both registrations say the same thing.
+std::string dtype_name(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Float: return "float32";
+    case c10::ScalarType::Double: return "float64";
+    case c10::ScalarType::Half: return "float16";
+    case c10::ScalarType::BFloat16: return "bfloat16";
+    case c10::ScalarType::Byte: return "uint8";
+    case c10::ScalarType::Char: return "int8";
+    case c10::ScalarType::Short: return "int16";
+    case c10::ScalarType::Int: return "int32";
+    case c10::ScalarType::Long: return "int64";
+    case c10::ScalarType::Bool: return "bool";
+    case c10::ScalarType::ComplexFloat: return "complex64";
+    case c10::ScalarType::ComplexDouble: return "complex128";
+    default: return c10::toString(t);
+  }
+}
+
+std::string shape_string(const at::Tensor& t) {
+  std::string s = "(";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + (t.dim() == 1 ? ",)" : ")");
+}
+
+void check_dim(const at::Tensor& t, const char* name, int64_t dim, const char* layout) {
+  TORCH_CHECK_VALUE(t.dim() == dim, name, " must be ", dim, "-D ", layout, ", got shape ",
+                    shape_string(t));
+}
+
+// Element strides with the binding's rules: the last dimension must be contiguous (the C++ API has
+// no stride for it); a dimension of extent 1 gets the stride a packed tensor would have (its own is
+// never used to address anything, and torch leaves arbitrary values there).
+template <int kDim>
+void strides_of(const at::Tensor& t, const char* name, int64_t (&strides)[kDim]) {
+  const at::IntArrayRef sizes = t.sizes(), given = t.strides();
+  TORCH_CHECK_VALUE(sizes[kDim - 1] <= 1 || given[kDim - 1] == 1, name,
+                    ": the last dimension must be contiguous (stride 1), got stride ",
+                    given[kDim - 1], "; make the array contiguous first");
+  strides[kDim - 1] = 1;
+  for (int i = kDim - 2; i >= 0; --i) {
+    strides[i] = sizes[i] == 1 ? sizes[i + 1] * strides[i + 1] : given[i];
+  }
+}
+
+at::Tensor kv_proj_impl(const at::Tensor& hidden, const at::Tensor& w_down,
+                        const at::Tensor& w_up_k, const at::Tensor& w_up_v, int64_t num_heads,
+                        const at::Tensor* latent_out) {
+  check_dim(hidden, "hidden", 3, "(B, S, D)");
+  check_dim(w_down, "w_down", 2, "(D, R)");
+  check_dim(w_up_k, "w_up_k", 2, "(R, H*Dh)");
+  check_dim(w_up_v, "w_up_v", 2, "(R, H*Dh)");
+  if (latent_out != nullptr) check_dim(*latent_out, "latent_out", 3, "(B, S, R)");
+  const int64_t width = w_up_k.size(1);
+  TORCH_CHECK_VALUE(num_heads > 0 && width % num_heads == 0, "num_heads = ", num_heads,
+                    " must be positive and divide the width of w_up_k, ", width,
+                    " (= num_heads * head_dim)");
+
+  const c10::ScalarType scalar_type = hidden.scalar_type();
+  latentkv::DType dtype = latentkv::DType::kFloat32;
+  switch (scalar_type) {
+    case c10::ScalarType::Float: dtype = latentkv::DType::kFloat32; break;
+    case c10::ScalarType::BFloat16: dtype = latentkv::DType::kBFloat16; break;
+    case c10::ScalarType::Half: dtype = latentkv::DType::kFloat16; break;
+    default:
+      TORCH_CHECK_TYPE(false, "hidden has dtype ", dtype_name(scalar_type),
+                       "; latentkv takes float32, bfloat16 or float16");
+  }
+  const c10::Device device = hidden.device();
+  const at::Tensor* others[] = {&w_down, &w_up_k, &w_up_v, latent_out};
+  static constexpr const char* kOtherNames[] = {"w_down", "w_up_k", "w_up_v", "latent_out"};
+  const int num_others = latent_out != nullptr ? 4 : 3;
+  for (int i = 0; i < num_others; ++i) {
+    TORCH_CHECK_TYPE(others[i]->scalar_type() == scalar_type, kOtherNames[i], " has dtype ",
+                     dtype_name(others[i]->scalar_type()), " but hidden has ",
+                     dtype_name(scalar_type));
+  }
+  for (int i = 0; i < num_others; ++i) {
+    TORCH_CHECK_VALUE(others[i]->device() == device, kOtherNames[i], " is on ",
+                      others[i]->device(), " but hidden is on ", device,
+                      "; all arrays must be on one device");
+  }
+  const bool cuda = device.is_cuda();
+  TORCH_CHECK_VALUE(cuda || device.is_cpu(), "hidden is on ", device,
+                    "; latentkv runs on cpu and cuda");
+
+  latentkv::Problem p;
+  p.batch = hidden.size(0);
+  p.seq = hidden.size(1);
+  p.model_dim = hidden.size(2);
+  p.rank = w_down.size(1);
+  p.heads = num_heads;
+  p.head_dim = width / num_heads;
+  p.dtype = dtype;
+  TORCH_CHECK_VALUE(w_down.size(0) == p.model_dim, "w_down has shape ", shape_string(w_down),
+                    ", expected (D, R) with D = ", p.model_dim, " from hidden");
+  TORCH_CHECK_VALUE(w_up_k.size(0) == p.rank, "w_up_k has shape ", shape_string(w_up_k),
+                    ", expected (R, H*Dh) with R = ", p.rank, " from w_down");
+  TORCH_CHECK_VALUE(w_up_v.sizes() == w_up_k.sizes(), "w_up_v has shape ", shape_string(w_up_v),
+                    ", expected the shape of w_up_k ", shape_string(w_up_k));
+  if (latent_out != nullptr) {
+    const at::Tensor& l = *latent_out;
+    TORCH_CHECK_VALUE(l.size(0) == p.batch && l.size(1) == p.seq && l.size(2) == p.rank,
+                      "latent_out has shape ", shape_string(l), ", expected (B, S, R) = (",
+                      p.batch, ", ", p.seq, ", ", p.rank, ")");
+  }
+
+  at::Tensor out = at::empty({2, p.batch, p.seq, p.heads, p.head_dim}, hidden.options());
+  if (p.batch == 0 || p.seq == 0 || p.model_dim == 0 || p.rank == 0 || p.heads == 0 ||
+      p.head_dim == 0) {
+    // Nothing for latentkv to compute: the result is empty or an empty sum (zeros), and only the
+    // latent can still be non-trivial (H*Dh = 0 alone); as torch.py's _finish.
+    out.zero_();
+    if (latent_out != nullptr) latent_out->copy_(hidden.matmul(w_down));
+    return out;
+  }
+
+  latentkv::Args a;
+  int64_t h_strides[3], wd_strides[2], wk_strides[2], wv_strides[2];
+  strides_of(hidden, "hidden", h_strides);
+  strides_of(w_down, "w_down", wd_strides);
+  strides_of(w_up_k, "w_up_k", wk_strides);
+  strides_of(w_up_v, "w_up_v", wv_strides);
+  a.hidden = hidden.const_data_ptr();
+  a.hidden_stride_batch = h_strides[0];
+  a.hidden_stride_seq = h_strides[1];
+  a.w_down = w_down.const_data_ptr();
+  a.w_down_stride_row = wd_strides[0];
+  a.w_up_k = w_up_k.const_data_ptr();
+  a.w_up_k_stride_row = wk_strides[0];
+  a.w_up_v = w_up_v.const_data_ptr();
+  a.w_up_v_stride_row = wv_strides[0];
+  // out is packed (2, B, S, H, Dh).
+  a.out = out.mutable_data_ptr();
+  a.out_stride_head = p.head_dim;
+  a.out_stride_seq = p.heads * p.head_dim;
+  a.out_stride_batch = p.seq * a.out_stride_seq;
+  a.out_stride_kv = p.batch * a.out_stride_batch;
+  if (latent_out != nullptr) {
+    int64_t l_strides[3];
+    strides_of(*latent_out, "latent_out", l_strides);
+    a.latent = latent_out->mutable_data_ptr();
+    a.latent_stride_batch = l_strides[0];
+    a.latent_stride_seq = l_strides[1];
+  }
+
+  latentkv::Options options;
+  options.backend = cuda ? latentkv::Backend::kCuda : latentkv::Backend::kCpu;
+#ifdef LATENTKV_TORCH_CUDA
+  // Custom ops get no device guard from the dispatcher: run() launches on the current device, so
+  // make it the tensors' one (a no-op when it already is), and use torch's stream of that device.
+  c10::cuda::OptionalCUDAGuard guard;
+  at::Tensor workspace;
+  if (cuda) {
+    guard.set_device(device);
+    options.stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+    if (const int64_t bytes = latentkv::workspace_size(p, options, latent_out != nullptr)) {
+      workspace = at::empty({bytes}, hidden.options().dtype(at::kByte));
+      a.workspace = workspace.mutable_data_ptr();
+      a.workspace_bytes = bytes;
+    }
+  }
+#else
+  TORCH_CHECK_VALUE(!cuda, "hidden is on ", device,
+                    "; latentkv/_torch_ops was built against a torch without CUDA");
+#endif
+  const latentkv::Status status = latentkv::run(p, a, options);
+  if (!status.ok()) {
+    TORCH_CHECK(status.code() != latentkv::StatusCode::kCudaError,
+                latentkv::to_string(status.code()), ": ", status.message());
+    TORCH_CHECK_VALUE(false, latentkv::to_string(status.code()), ": ", status.message());
+  }
+  return out;
+}
+
+at::Tensor kv_proj(const at::Tensor& hidden, const at::Tensor& w_down, const at::Tensor& w_up_k,
+                   const at::Tensor& w_up_v, int64_t num_heads) {
+  return kv_proj_impl(hidden, w_down, w_up_k, w_up_v, num_heads, nullptr);
+}
+
+at::Tensor kv_proj_with_latent(const at::Tensor& hidden, const at::Tensor& w_down,
+                               const at::Tensor& w_up_k, const at::Tensor& w_up_v,
+                               int64_t num_heads, const at::Tensor& latent_out) {
+  return kv_proj_impl(hidden, w_down, w_up_k, w_up_v, num_heads, &latent_out);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(latentkv, m) {
+  // The fake kernels are registered from this module (torch.library.register_fake); torch imports
+  // it when it needs them and checks that they come from there. (The older name of the call is
+  // kept as an alias in newer torch; 2.6 surely has the new one.)
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+  m.set_python_module("latentkv.torch");
+#else
+  m.impl_abstract_pystub("latentkv.torch");
+#endif
+  m.def(
+      "kv_proj(Tensor hidden, Tensor w_down, Tensor w_up_k, Tensor w_up_v, int num_heads) -> "
+      "Tensor");
+  m.def(
+      "kv_proj_with_latent(Tensor hidden, Tensor w_down, Tensor w_up_k, Tensor w_up_v, "
+      "int num_heads, Tensor(a!) latent_out) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(latentkv, CPU, m) {
+  m.impl("kv_proj", &kv_proj);
+  m.impl("kv_proj_with_latent", &kv_proj_with_latent);
+}
+
+#ifdef LATENTKV_TORCH_CUDA
+TORCH_LIBRARY_IMPL(latentkv, CUDA, m) {
+  m.impl("kv_proj", &kv_proj);
+  m.impl("kv_proj_with_latent", &kv_proj_with_latent);
+}
+#endif

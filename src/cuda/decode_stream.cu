@@ -37,8 +37,11 @@ namespace latentkv::detail {
 namespace {
 
 constexpr int kMaxTokens = 16;     // the strategy's limit on T = batch * seq
-constexpr int kTokenGroup = 4;     // tokens per pass: 4 x vector-width accumulators per thread,
-                                   // few enough registers for stages 1 and 3 to share an SM
+// Tokens per pass (kGroup, a template argument: 1, 2 or 4): kGroup x vector-width accumulators
+// per thread. Matching it to T matters: the kernels are instruction-bound long before HBM is busy
+// (measured: a 4-token pass for one token cost 2x), and 4 keeps registers low enough for stages 1
+// and 3 to share an SM.
+constexpr int kMaxGroup = 4;
 constexpr int kThreads = 256;      // 8 warps, every stage
 constexpr int kWarps = kThreads / 32;
 constexpr int kTargetBlocks = 128;  // stage 1 cuts D into chunks until about this many blocks
@@ -120,13 +123,13 @@ __device__ __forceinline__ int64_t token_offset(int token, int seq, int64_t stri
 
 // Stage 1. Block (column tile x, chunk y); thread = (column vector lane % 8, row slot
 // warp * 4 + lane / 8); the thread's rows are slot, slot + 32, ... within the chunk.
-template <typename T>
+template <typename T, int kGroup>
 __global__ void __launch_bounds__(kThreads, 2)
     down_partials(const __grid_constant__ DecodeParams<T> p) {
   constexpr int kW = Vec<T>::kWidth;
   constexpr int kCols = 8 * kW;  // 64 (bf16/fp16) or 32 (fp32) latent columns per block
   __shared__ float x[kMaxTokens][kMaxDownLoads * kDownSlots];  // hidden rows of the chunk
-  __shared__ float reduce[kWarps][kTokenGroup][kCols];         // per-warp partial sums
+  __shared__ float reduce[kWarps][kGroup][kCols];              // per-warp partial sums
   allow_dependents();
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -153,15 +156,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
 
-  for (int t0 = 0; t0 < p.tokens; t0 += kTokenGroup) {
-    float acc[kTokenGroup][kW] = {};
+  for (int t0 = 0; t0 < p.tokens; t0 += kGroup) {
+    float acc[kGroup][kW] = {};
 #pragma unroll
     for (int i = 0; i < kMaxDownLoads; ++i) {
       if (i >= p.down_loads) break;
       float wf[kW];
       unpack<T>(w[i], wf);
 #pragma unroll
-      for (int t = 0; t < kTokenGroup; ++t) {
+      for (int t = 0; t < kGroup; ++t) {
         const float xv = t0 + t < p.tokens ? x[t0 + t][slot + i * kDownSlots] : 0.f;
 #pragma unroll
         for (int c = 0; c < kW; ++c) acc[t][c] = fmaf(xv, wf[c], acc[t][c]);
@@ -169,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     // The 4 row slots of a warp share columns (lanes 8 apart): fold them, then the 8 warps.
 #pragma unroll
-    for (int t = 0; t < kTokenGroup; ++t) {
+    for (int t = 0; t < kGroup; ++t) {
 #pragma unroll
       for (int c = 0; c < kW; ++c) {
         float v = acc[t][c];
@@ -179,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < kTokenGroup * kCols; i += kThreads) {
+    for (int i = threadIdx.x; i < kGroup * kCols; i += kThreads) {
       const int t = t0 + i / kCols, r = blockIdx.x * kCols + i % kCols;
       if (t >= p.tokens || r >= p.rank) continue;
       float sum = 0.f;
@@ -248,16 +251,16 @@ __device__ __forceinline__ void load_up_tile(const DecodeParams<T>& p, int tile,
 // out[:, :, tile's columns] = latent (shared memory, [T][R]) @ the tile's weights, token group by
 // token group: partial sums over the thread's rows, folded across the warp's 8 row slots by
 // shuffles, then across the 8 warps in shared memory.
-template <typename T>
+template <typename T, int kGroup>
 __device__ __forceinline__ void project_up_tile(const DecodeParams<T>& p, int tile, int slot,
                                                 int lane, int warp, const uint4 (&w)[kUpLoads],
                                                 const float* latent,
-                                                float (*reduce)[kTokenGroup][UpTile<T>::kCols]) {
+                                                float (*reduce)[kGroup][UpTile<T>::kCols]) {
   constexpr int kW = UpTile<T>::kW;
   constexpr int kCols = UpTile<T>::kCols;
   const int N = p.kv_width;
-  for (int t0 = 0; t0 < p.tokens; t0 += kTokenGroup) {
-    float acc[kTokenGroup][kW] = {};
+  for (int t0 = 0; t0 < p.tokens; t0 += kGroup) {
+    float acc[kGroup][kW] = {};
 #pragma unroll
     for (int i = 0; i < kUpLoads; ++i) {
       const int k = slot + i * kUpSlots;
@@ -265,14 +268,14 @@ __device__ __forceinline__ void project_up_tile(const DecodeParams<T>& p, int ti
       float wf[kW];
       unpack<T>(w[i], wf);
 #pragma unroll
-      for (int t = 0; t < kTokenGroup; ++t) {
+      for (int t = 0; t < kGroup; ++t) {
         const float a = t0 + t < p.tokens ? latent[(t0 + t) * p.rank + k] : 0.f;
 #pragma unroll
         for (int c = 0; c < kW; ++c) acc[t][c] = fmaf(a, wf[c], acc[t][c]);
       }
     }
 #pragma unroll
-    for (int t = 0; t < kTokenGroup; ++t) {
+    for (int t = 0; t < kGroup; ++t) {
 #pragma unroll
       for (int c = 0; c < kW; ++c) {
         float v = acc[t][c];
@@ -283,7 +286,7 @@ __device__ __forceinline__ void project_up_tile(const DecodeParams<T>& p, int ti
       }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < kTokenGroup * kCols; i += kThreads) {
+    for (int i = threadIdx.x; i < kGroup * kCols; i += kThreads) {
       const int t = t0 + i / kCols, j = tile * kCols + i % kCols;
       if (t >= p.tokens || j >= 2 * N) continue;
       float sum = 0.f;
@@ -300,11 +303,11 @@ __device__ __forceinline__ void project_up_tile(const DecodeParams<T>& p, int ti
 // Stage 3. Persistent blocks (about two per SM) walk the tiles gridDim.x apart with two register
 // buffers: the next tile's weights are in flight while the current one is multiplied. The first
 // tile's loads go out before the wait for stage 2, overlapping stages 1 and 2.
-template <typename T>
+template <typename T, int kGroup>
 __global__ void __launch_bounds__(kThreads, 2) up_project(const __grid_constant__ DecodeParams<T> p) {
   extern __shared__ float4 smem_raw[];
   float* latent = reinterpret_cast<float*>(smem_raw);  // [T][R]
-  __shared__ float reduce[kWarps][kTokenGroup][UpTile<T>::kCols];
+  __shared__ float reduce[kWarps][kGroup][UpTile<T>::kCols];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int slot = warp * 8 + lane / 4;
   const int tiles = (2 * p.kv_width + UpTile<T>::kCols - 1) / UpTile<T>::kCols;
@@ -320,10 +323,10 @@ __global__ void __launch_bounds__(kThreads, 2) up_project(const __grid_constant_
   for (; tile < tiles; tile += 2 * gridDim.x) {
     const int next = tile + gridDim.x;
     if (next < tiles) load_up_tile(p, next, slot, lane, w_b);
-    project_up_tile(p, tile, slot, lane, warp, w_a, latent, reduce);
+    project_up_tile<T, kGroup>(p, tile, slot, lane, warp, w_a, latent, reduce);
     if (next >= tiles) break;
     if (next + gridDim.x < tiles) load_up_tile(p, next + gridDim.x, slot, lane, w_a);
-    project_up_tile(p, next, slot, lane, warp, w_b, latent, reduce);
+    project_up_tile<T, kGroup>(p, next, slot, lane, warp, w_b, latent, reduce);
   }
 }
 
@@ -368,7 +371,7 @@ bool aligned(const void* ptr, int64_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0;
 }
 
-template <typename T>
+template <typename T, int kGroup>
 Status launch(const Problem& p, const Args& a, Stream stream) {
   const DownPlan plan = down_plan(p);
   DecodeParams<T> k;
@@ -403,7 +406,7 @@ Status launch(const Problem& p, const Args& a, Stream stream) {
   const int w = Vec<T>::kWidth;
   const dim3 down_grid(static_cast<unsigned>((k.rank + 8 * w - 1) / (8 * w)),
                        static_cast<unsigned>(plan.chunks));
-  down_partials<T><<<down_grid, kThreads, 0, stream>>>(k);
+  down_partials<T, kGroup><<<down_grid, kThreads, 0, stream>>>(k);
   LATENTKV_CUDA_RETURN(cudaGetLastError());
 
   cudaLaunchAttribute pdl[1];
@@ -424,7 +427,7 @@ Status launch(const Problem& p, const Args& a, Stream stream) {
   const int64_t tiles = (2 * int64_t{k.kv_width} + UpTile<T>::kCols - 1) / UpTile<T>::kCols;
   config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(tiles, kUpBlocksPerSm * sms)));
   config.dynamicSmemBytes = up_smem_bytes(p);
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, up_project<T>, k));
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, up_project<T, kGroup>, k));
   return Status::Ok();
 }
 
@@ -487,11 +490,19 @@ Status cuda_decode_supports(const Problem& p, const Args& a) {
   return Status::Ok();
 }
 
+// The token group: T itself for one or two tokens, else passes of 4.
+template <typename T>
+Status launch_grouped(const Problem& p, const Args& a, Stream stream) {
+  if (p.tokens() == 1) return launch<T, 1>(p, a, stream);
+  if (p.tokens() == 2) return launch<T, 2>(p, a, stream);
+  return launch<T, kMaxGroup>(p, a, stream);
+}
+
 Status run_cuda_decode(const Problem& p, const Args& a, Stream stream) {
   switch (p.dtype) {
-    case DType::kFloat32: return launch<float>(p, a, stream);
-    case DType::kBFloat16: return launch<__nv_bfloat16>(p, a, stream);
-    case DType::kFloat16: return launch<__half>(p, a, stream);
+    case DType::kFloat32: return launch_grouped<float>(p, a, stream);
+    case DType::kBFloat16: return launch_grouped<__nv_bfloat16>(p, a, stream);
+    case DType::kFloat16: return launch_grouped<__half>(p, a, stream);
   }
   return refuse("unknown dtype");
 }

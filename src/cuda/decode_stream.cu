@@ -1,4 +1,5 @@
-// The decode strategy (Strategy::kCudaDecode): few tokens (T <= 16) against large weights, as in
+// The decode strategy (Strategy::kCudaDecode): few tokens (T <= 16; kAuto picks it for T = 1, and
+// T <= 4 with up to 16 MB of weights, where it was measured faster) against large weights, as in
 // MLA decoding (DeepSeek-V2-Lite: 6 MB of bf16 weights per call for one token). The cost is
 // streaming the weights from HBM once, so the work is cut to put every SM on the weight stream with
 // all of its loads in flight at once, and the stages are chained with programmatic dependent launch
@@ -6,7 +7,7 @@
 //   1. down_partials   grid (R / kDownCols column tiles, chunks of D): each block reads a
 //                      (32 * loads) x kDownCols tile of w_down (every load issued before any use),
 //                      multiplies by the staged hidden rows and writes partials[chunk][t][r];
-//                      chunks are few (~128 blocks in all), so the next stage sums only ~16.
+//                      chunks are few (~128-224 blocks in all: 16 for V2-Lite, 28 for V3).
 //   2. reduce_latent   latent[t][r] = sum over chunks, in a fixed order (deterministic), as float32
 //                      for stage 3, and rounded to the dtype for the caller's latent output.
 //   3. up_project      persistent, two blocks per SM, over tiles of 32 (16 for fp32) columns of
@@ -465,10 +466,18 @@ Status cuda_decode_fits(const Problem& p) {
   return Status::Ok();
 }
 
-// Measured on an H200 (docs/perf-notes.md): for T <= 16 the three streaming launches beat cuBLAS
-// at every size where the fused float32 kernel is not already chosen (cuBLAS runs few, long
-// blocks on a handful of SMs for a GEMV-shaped problem).
-bool cuda_decode_preferred(const Problem& p) { return cuda_decode_fits(p).ok(); }
+// Measured on an H200, bf16, against cuda-gemm (docs/perf-notes.md, 2026-11-29): DeepSeek-V2-Lite
+// (6.3 MB of weights) T = 1..4: 8.1-10.6 us against 11.9 us, T = 8: 14.8 against 12.0;
+// DeepSeek-V3 (41 MB) T = 1: 19.2 against 19.6, T = 2: 21.1 against 19.7. The kernels are
+// instruction-bound (FFMA per token per weight, the split-K reductions), so their edge shrinks
+// with T and with the weights' size.
+bool cuda_decode_preferred(const Problem& p) {
+  constexpr int64_t kSmallWeightBytes = int64_t{16} << 20;
+  if (!cuda_decode_fits(p).ok()) return false;  // also bounds the sizes multiplied below
+  const int64_t weight_bytes =
+      (p.model_dim * p.rank + 2 * p.rank * p.kv_width()) * element_size(p.dtype);
+  return p.tokens() == 1 || (p.tokens() <= 4 && weight_bytes <= kSmallWeightBytes);
+}
 
 Status cuda_decode_supports(const Problem& p, const Args& a) {
   if (Status fits = cuda_decode_fits(p); !fits.ok()) return fits;

@@ -375,22 +375,20 @@ Status select_strategy(const Problem& problem, const Args& args, const Options& 
 
 int64_t workspace_size(const Problem& problem, const Options& options, bool with_latent) {
   if (!check_problem(problem).ok() || resolve_backend(options.backend) != Backend::kCuda) return 0;
-  Strategy strategy = options.strategy;
-  if (strategy == Strategy::kAuto) {
-    // choose()'s order, for a call that has the workspace and well-aligned weights.
-    if (detail::cuda_fused_supports(problem).ok() && detail::cuda_fused_preferred(problem)) {
-      strategy = Strategy::kCudaFused;
-    } else if (detail::cuda_decode_preferred(problem)) {
-      strategy = Strategy::kCudaDecode;
-    } else {
-      strategy = Strategy::kCudaGemm;
-    }
-  }
-  switch (strategy) {
-    case Strategy::kCudaGemm: return with_latent ? 0 : detail::cuda_gemm_workspace_size(problem);
+  const int64_t gemm = with_latent ? 0 : detail::cuda_gemm_workspace_size(problem);
+  switch (options.strategy) {
+    case Strategy::kCudaGemm: return gemm;
     case Strategy::kCudaDecode: return detail::cuda_decode_workspace_size(problem);
+    case Strategy::kAuto: break;
     default: return 0;
   }
+  // choose()'s order. Where it prefers cuda-decode, enough for cuda-gemm too: choose() falls back
+  // to it when the call's weights are not 16-byte vectors.
+  if (detail::cuda_fused_supports(problem).ok() && detail::cuda_fused_preferred(problem)) return 0;
+  if (detail::cuda_decode_preferred(problem)) {
+    return std::max(detail::cuda_decode_workspace_size(problem), gemm);
+  }
+  return gemm;
 }
 
 Status check(const Problem& problem, const Args& args, const Options& options) {

@@ -130,9 +130,10 @@ bool backend_available(Backend backend);
 // kAuto resolves to kCuda when available, else kCpu.
 Backend resolve_backend(Backend backend);
 
-// Bytes of args.workspace that the strategy run() would choose, given a workspace, needs; 0 when
-// it needs none (cuda-fused, the CPU; cuda-gemm when the call has a latent output). Without the
-// workspace, run() falls back to a strategy that needs none where one takes the problem.
+// Bytes of args.workspace that the strategy run() would choose, given a workspace, needs (for
+// kAuto, also enough for the strategy it falls back to); 0 when it needs none (cuda-fused, the
+// CPU; cuda-gemm when the call has a latent output). Without the workspace, run() falls back to a
+// strategy that needs none where one takes the problem.
 int64_t workspace_size(const Problem& problem, const Options& options = {},
                        bool with_latent = false);
 

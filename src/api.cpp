@@ -285,6 +285,17 @@ Status check_args(const Problem& p, const Args& a) {
   return Status::Ok();
 }
 
+// kAuto's first choice on CUDA from the problem alone: the fused kernel where launches and round
+// trips dominate (few tokens, small weights); the decode kernels where few tokens meet weights
+// worth streaming over every SM (cuBLAS leaves most SMs idle there); cuBLAS where the work is
+// GEMM-sized and the fused FFMA kernel would lose to it. choose() and workspace_size() share it.
+Strategy preferred_cuda_strategy(const Problem& p) {
+  if (detail::cuda_fused_supports(p).ok() && detail::cuda_fused_preferred(p)) {
+    return Strategy::kCudaFused;
+  }
+  return detail::cuda_decode_preferred(p) ? Strategy::kCudaDecode : Strategy::kCudaGemm;
+}
+
 Status choose(const Problem& p, const Args& a, const Options& o, Strategy* chosen) {
   const Backend backend = resolve_backend(o.backend);
   if (backend == Backend::kCpu) {
@@ -324,19 +335,19 @@ Status choose(const Problem& p, const Args& a, const Options& o, Strategy* chose
                                                 to_string(o.strategy) +
                                                 " does not run on options.backend = cuda"};
   }
-  // The fused kernel where launches and round trips dominate (few tokens, small weights); the
-  // decode kernels where few tokens meet weights worth streaming over every SM (cuBLAS leaves most
-  // SMs idle there); cuBLAS where the work is GEMM-sized and the fused FFMA kernel would lose to
-  // it; then whatever takes the call (no workspace, heads not packed, unaligned weights).
-  const Status fused = detail::cuda_fused_supports(p);
-  if (fused.ok() && detail::cuda_fused_preferred(p)) {
+  // The preferred strategy when the call's arguments suit it, then whatever takes the call (no
+  // workspace, heads not packed, unaligned weights).
+  const Strategy preferred = preferred_cuda_strategy(p);
+  if (preferred == Strategy::kCudaFused) {
     *chosen = Strategy::kCudaFused;
     return Status::Ok();
   }
-  if (detail::cuda_decode_preferred(p) && detail::cuda_decode_supports(p, a).ok()) {
+  const Status decode = detail::cuda_decode_supports(p, a);
+  if (preferred == Strategy::kCudaDecode && decode.ok()) {
     *chosen = Strategy::kCudaDecode;
     return Status::Ok();
   }
+  const Status fused = detail::cuda_fused_supports(p);
   const Status gemm = detail::cuda_gemm_supports(p, a);
   if (gemm.ok()) {
     *chosen = Strategy::kCudaGemm;
@@ -346,7 +357,6 @@ Status choose(const Problem& p, const Args& a, const Options& o, Strategy* chose
     *chosen = Strategy::kCudaFused;
     return Status::Ok();
   }
-  const Status decode = detail::cuda_decode_supports(p, a);
   if (decode.ok()) {
     *chosen = Strategy::kCudaDecode;
     return Status::Ok();
@@ -382,13 +392,13 @@ int64_t workspace_size(const Problem& problem, const Options& options, bool with
     case Strategy::kAuto: break;
     default: return 0;
   }
-  // choose()'s order. Where it prefers cuda-decode, enough for cuda-gemm too: choose() falls back
-  // to it when the call's weights are not 16-byte vectors.
-  if (detail::cuda_fused_supports(problem).ok() && detail::cuda_fused_preferred(problem)) return 0;
-  if (detail::cuda_decode_preferred(problem)) {
-    return std::max(detail::cuda_decode_workspace_size(problem), gemm);
+  // Where kAuto prefers cuda-decode, enough for cuda-gemm too: choose() falls back to it when the
+  // call's weights are not 16-byte vectors.
+  switch (preferred_cuda_strategy(problem)) {
+    case Strategy::kCudaFused: return 0;
+    case Strategy::kCudaDecode: return std::max(detail::cuda_decode_workspace_size(problem), gemm);
+    default: return gemm;
   }
-  return gemm;
 }
 
 Status check(const Problem& problem, const Args& args, const Options& options) {

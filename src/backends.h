@@ -25,15 +25,27 @@ int64_t cuda_gemm_workspace_size(const Problem& problem);
 Status cuda_gemm_supports(const Problem& problem, const Args& args);
 Status run_cuda_gemm(const Problem& problem, const Args& args, Stream stream);
 
-// Decode strategy (src/cuda/decode_stream.cu): T <= 16 tokens and R <= 512, the weights streamed
-// over every SM.
-// cuda_decode_fits looks at the problem alone (sizes, shared memory); cuda_decode_supports adds
-// the arguments (16-byte weight rows, the workspace).
+// Decode strategy: few tokens against large weights, the weights streamed over every SM. float32
+// runs FFMA kernels (src/cuda/decode_stream.cu, T <= 16), bf16/fp16 tensor-core kernels
+// (src/cuda/decode_tensor_core.cu, T <= 64); the cuda_decode_* functions (src/cuda/decode.cpp)
+// pick by dtype. *_fits looks at the problem alone (sizes, shared memory); *_supports adds the
+// arguments (16-byte weight rows, the workspace); *_preferred says decode is the faster strategy
+// for the problem.
 int64_t cuda_decode_workspace_size(const Problem& problem);
-Status cuda_decode_fits(const Problem& problem);
 Status cuda_decode_supports(const Problem& problem, const Args& args);
-// Decode is the faster strategy for this problem (few tokens against weights worth streaming).
 bool cuda_decode_preferred(const Problem& problem);
 Status run_cuda_decode(const Problem& problem, const Args& args, Stream stream);
+
+int64_t cuda_decode_fp32_workspace_size(const Problem& problem);
+Status cuda_decode_fp32_fits(const Problem& problem);
+Status cuda_decode_fp32_supports(const Problem& problem, const Args& args);
+bool cuda_decode_fp32_preferred(const Problem& problem);
+Status run_cuda_decode_fp32(const Problem& problem, const Args& args, Stream stream);
+
+int64_t cuda_decode_tc_workspace_size(const Problem& problem);
+Status cuda_decode_tc_fits(const Problem& problem);
+Status cuda_decode_tc_supports(const Problem& problem, const Args& args);
+bool cuda_decode_tc_preferred(const Problem& problem);
+Status run_cuda_decode_tc(const Problem& problem, const Args& args, Stream stream);
 
 }  // namespace latentkv::detail

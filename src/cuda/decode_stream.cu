@@ -1,28 +1,26 @@
-// The decode strategy (Strategy::kCudaDecode): few tokens (T <= 16; kAuto picks it for T = 1, and
-// T <= 4 with up to 16 MB of weights, where it was measured faster) against large weights, as in
-// MLA decoding (DeepSeek-V2-Lite: 6 MB of bf16 weights per call for one token). The cost is
+// The decode strategy for float32 (Strategy::kCudaDecode on float32; bf16/fp16 take the tensor-core
+// kernels of decode_tensor_core.cu): few tokens (T <= 16; kAuto picks it for T = 1, and T <= 4
+// with up to 16 MB of weights, where it was measured faster) against large weights. The cost is
 // streaming the weights from HBM once, so the work is cut to put every SM on the weight stream with
 // all of its loads in flight at once, and the stages are chained with programmatic dependent launch
 // (PDL) so that the up-projection weights are already on their way while the down projection runs:
 //   1. down_partials   grid (R / kDownCols column tiles, chunks of D): each block reads a
 //                      (32 * loads) x kDownCols tile of w_down (every load issued before any use),
 //                      multiplies by the staged hidden rows and writes partials[chunk][t][r];
-//                      chunks are few (~128-224 blocks in all: 16 for V2-Lite, 28 for V3).
-//   2. reduce_latent   latent[t][r] = sum over chunks, in a fixed order (deterministic), as float32
-//                      for stage 3, and rounded to the dtype for the caller's latent output.
-//   3. up_project      persistent, two blocks per SM, over tiles of 32 (16 for fp32) columns of
+//                      chunks are few (~128-224 blocks in all).
+//   2. reduce_latent   latent[t][r] = sum over chunks, in a fixed order (deterministic), for
+//                      stage 3 and the caller's latent output.
+//   3. up_project      persistent, two blocks per SM, over tiles of 16 columns of
 //                      [w_up_k | w_up_v] and all R <= 512 rows, in registers; the first tile's
 //                      loads go out *before* waiting for stage 2, and each next tile's while the
-//                      current one is multiplied by the float32 latent and written straight into
-//                      the stacked output (any head stride: heads need not be packed).
+//                      current one is multiplied by the latent and written straight into the
+//                      stacked output (any head stride: heads need not be packed).
 // Stages 2 and 3 are launched with the programmatic-stream-serialization attribute: their blocks
 // start once every block of the previous stage is running, and cudaGridDependencySynchronize()
 // holds them until that stage's memory is visible. Three launches on the caller's stream, no host
-// synchronization, graph-capturable; the scratch (partials and the float32 latent) is the caller's
-// workspace. float32 accumulation for every dtype, and the latent stays float32 between the stages
-// (the unfused baseline rounds it to the dtype), so the error is at most the baseline's.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// synchronization, graph-capturable; the scratch (partials and the latent) is the caller's
+// workspace. The element type stays a template parameter (the 16-byte vector width follows it),
+// instantiated for float only.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -60,18 +58,10 @@ struct Vec {
 };
 
 __device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
 template <>
 __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 
 // One 16-byte weight vector, read through the non-coherent path: weights are read exactly once.
 __device__ __forceinline__ uint4 load_vector(const void* p) {
@@ -438,12 +428,13 @@ Status refuse(const std::string& why) {
 
 }  // namespace
 
-int64_t cuda_decode_workspace_size(const Problem& p) {
+int64_t cuda_decode_fp32_workspace_size(const Problem& p) {
   if (p.tokens() > kMaxTokens) return 0;
   return static_cast<int64_t>(sizeof(float)) * (down_plan(p).chunks + 1) * latent_floats(p);
 }
 
-Status cuda_decode_fits(const Problem& p) {
+Status cuda_decode_fp32_fits(const Problem& p) {
+  if (p.dtype != DType::kFloat32) return refuse("bf16/fp16 take the tensor-core decode kernels");
   if (p.tokens() > kMaxTokens) {
     return refuse("problem tokens (batch * seq) = " + std::to_string(p.tokens()) +
                   " exceeds the " + std::to_string(kMaxTokens) + " it is built for");
@@ -466,21 +457,22 @@ Status cuda_decode_fits(const Problem& p) {
   return Status::Ok();
 }
 
-// Measured on an H200, bf16, against cuda-gemm (docs/perf-notes.md, 2026-11-29): DeepSeek-V2-Lite
-// (6.3 MB of weights) T = 1..4: 8.1-10.6 us against 11.9 us, T = 8: 14.8 against 12.0;
-// DeepSeek-V3 (41 MB) T = 1: 19.2 against 19.6, T = 2: 21.1 against 19.7. The kernels are
-// instruction-bound (FFMA per token per weight, the split-K reductions), so their edge shrinks
-// with T and with the weights' size.
-bool cuda_decode_preferred(const Problem& p) {
+// Measured on an H200 with these kernels in bf16 (before bf16 moved to tensor cores), against
+// cuda-gemm (docs/perf-notes.md, 2026-11-29): DeepSeek-V2-Lite (6.3 MB of weights) T = 1..4:
+// 8.1-10.6 us against 11.9 us, T = 8: 14.8 against 12.0; DeepSeek-V3 (41 MB) T = 1: 19.2 against
+// 19.6, T = 2: 21.1 against 19.7. The kernels are instruction-bound (FFMA per token per weight, the
+// split-K reductions), so their edge shrinks with T and with the weights' size; float32 doubles
+// the bytes, not the instructions, so the same bounds hold at least as well.
+bool cuda_decode_fp32_preferred(const Problem& p) {
   constexpr int64_t kSmallWeightBytes = int64_t{16} << 20;
-  if (!cuda_decode_fits(p).ok()) return false;  // also bounds the sizes multiplied below
+  if (!cuda_decode_fp32_fits(p).ok()) return false;  // also bounds the sizes multiplied below
   const int64_t weight_bytes =
       (p.model_dim * p.rank + 2 * p.rank * p.kv_width()) * element_size(p.dtype);
   return p.tokens() == 1 || (p.tokens() <= 4 && weight_bytes <= kSmallWeightBytes);
 }
 
-Status cuda_decode_supports(const Problem& p, const Args& a) {
-  if (Status fits = cuda_decode_fits(p); !fits.ok()) return fits;
+Status cuda_decode_fp32_supports(const Problem& p, const Args& a) {
+  if (Status fits = cuda_decode_fp32_fits(p); !fits.ok()) return fits;
   // Every weight row is read 16 bytes at a time.
   const int64_t vw = vector_width(p.dtype);
   if (a.w_down_stride_row % vw != 0 || a.w_up_k_stride_row % vw != 0 ||
@@ -489,7 +481,7 @@ Status cuda_decode_supports(const Problem& p, const Args& a) {
     return refuse("needs the weight row strides to be multiples of " + std::to_string(vw) +
                   " elements and the weights 16-byte aligned");
   }
-  const int64_t need = cuda_decode_workspace_size(p);
+  const int64_t need = cuda_decode_fp32_workspace_size(p);
   if (a.workspace == nullptr || a.workspace_bytes < need || !aligned(a.workspace, 16)) {
     return {StatusCode::kInvalidArgument,
             "args.workspace_bytes = " + std::to_string(a.workspace_bytes) +
@@ -507,13 +499,9 @@ Status launch_grouped(const Problem& p, const Args& a, Stream stream) {
   return launch<T, kMaxGroup>(p, a, stream);
 }
 
-Status run_cuda_decode(const Problem& p, const Args& a, Stream stream) {
-  switch (p.dtype) {
-    case DType::kFloat32: return launch_grouped<float>(p, a, stream);
-    case DType::kBFloat16: return launch_grouped<__nv_bfloat16>(p, a, stream);
-    case DType::kFloat16: return launch_grouped<__half>(p, a, stream);
-  }
-  return refuse("unknown dtype");
+Status run_cuda_decode_fp32(const Problem& p, const Args& a, Stream stream) {
+  if (p.dtype != DType::kFloat32) return refuse("bf16/fp16 take the tensor-core decode kernels");
+  return launch_grouped<float>(p, a, stream);
 }
 
 }  // namespace latentkv::detail

@@ -21,9 +21,11 @@
 // tile per warp, and sums the two halves in shared memory (deterministic). Float32 is not taken
 // here: its decode kernels are in decode_stream.cu (tensor cores would mean TF32).
 #include <cooperative_groups.h>
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <array>
@@ -31,6 +33,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "backends.h"
 #include "cuda/cuda_check.h"
@@ -41,18 +44,21 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256;                 // 8 warps: 4 column tiles x 2 halves of K
-constexpr int kTileCols = 32;                 // weight columns per block (64 bytes per row)
+constexpr int kDownCols = 32;                 // stage 1: latent columns per block (64-byte rows)
 constexpr int kMmaCols = 8;                   // columns per warp (the MMA's N)
 constexpr int kKStep = 16;                    // the MMA's K
-constexpr int kRowPad = 8;                    // elements of padding per shared row (see below)
-constexpr int kWeightRow = kTileCols + kRowPad;  // 40 elements = 80 bytes: 8 consecutive rows
-                                                 // land in 8 different bank groups (ldmatrix)
+constexpr int kRowPad = 8;                    // elements of padding per shared row of A: 8
+                                              // consecutive rows land in 8 bank groups (ldmatrix)
+constexpr int kBoxRows = 64;                  // rows per bulk tensor copy (one 4 KB box)
 constexpr int kRowAlign = 4 * kKStep;  // rows per block: multiple of 64, so each K half is a
                                        // multiple of the 32 rows one ldmatrix.x4.trans covers
 constexpr int kChunks = 8;             // stage 1: chunks of D per column tile = the cluster size
-constexpr int kSumStride = kTileCols + 4;  // floats per row of the block's summed tile
-constexpr int kMaxMTiles = 4;              // 16-token MMA tiles: T <= 64
-constexpr int kMaxTokens = 16 * kMaxMTiles;
+constexpr int kSumPad = 4;                 // floats of padding per row of a block's result
+constexpr int kTokens = 16;                // the MMA's M: tokens per pass, and the limit on T
+constexpr int kMaxUpStages = 4;            // stage 2: weight tiles in flight per block, at most
+constexpr int kNarrowUpCols = 32;          // stage 2's tile widths (columns of w_up_k / w_up_v)
+constexpr int kWideUpCols = 64;
+constexpr int kWideTilesPerSm = 2;         // the wide tiles from this many tiles per SM on
 constexpr int kMaxDevices = 64;
 
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -130,21 +136,21 @@ __device__ __forceinline__ void wait_for_previous_stage() {
 
 template <typename E>
 struct Params {
+  CUtensorMap w_down_map;   // w_down [D][R] in 64 x 32 boxes
+  CUtensorMap w_up_map[2];  // w_up_k, w_up_v [R][N] in 64 x 32 boxes
   const E* hidden;  // [B, S, D], strides (hidden_stride_batch, hidden_stride_seq, 1)
   int64_t hidden_stride_batch, hidden_stride_seq;
-  const E* w_down;  // [D, R], row stride w_down_stride
-  int64_t w_down_stride;
-  const E* w_up_k;  // [R, N]
-  const E* w_up_v;  // [R, N]
-  int64_t w_up_k_stride, w_up_v_stride;
   E* out;  // [2, B, S, H, Dh]
   int64_t out_stride_kv, out_stride_batch, out_stride_seq, out_stride_head;
   E* latent_out;  // [B, S, R] or null
   int64_t latent_stride_batch, latent_stride_seq;
-  float* latent;  // [T, R] workspace, float32
+  // Workspace: stage 2's A operand exactly as it sits in its shared memory, [2][16][a_stride]
+  // (the latent rounded to E, then the rounding's remainder), zeros past T and R.
+  E* latent_operand;
   int tokens, seq, model_dim, rank, head_dim, kv_width;
-  int chunk_rows;       // stage 1: rows of w_down per block (multiple of kRowAlign)
-  int rank_rows;        // stage 2: R rounded up to kRowAlign (the padding rows are zeros)
+  int chunk_rows;   // stage 1: rows of w_down per block (multiple of kRowAlign)
+  int rank_rows;    // R rounded up to kRowAlign: stage 2's rows, stage 1's columns
+  int up_stages;    // stage 2: weight tiles in flight per block
   bool hidden_vectors;  // hidden rows may be copied 16 bytes at a time
 };
 
@@ -153,111 +159,198 @@ __device__ __forceinline__ int64_t token_offset(int token, int seq, int64_t stri
   return (token / seq) * stride_batch + (token % seq) * stride_seq;
 }
 
-// Copies rows [row0, row0 + rows) x columns [col0, col0 + 32) of a row-major matrix
-// [matrix_rows][matrix_cols] (row stride ld) into shared w [rows][kWeightRow]; what lies outside
-// the matrix becomes zeros (and is not read).
-template <typename E>
-__device__ __forceinline__ void copy_weight_tile(E* w, const E* matrix, int64_t ld, int row0,
-                                                 int rows, int matrix_rows, int col0,
-                                                 int matrix_cols) {
-  constexpr int kVectors = kTileCols * sizeof(E) / 16;  // per row
-  for (int i = threadIdx.x; i < rows * kVectors; i += kThreads) {
-    const int r = row0 + i / kVectors, col = col0 + (i % kVectors) * (16 / sizeof(E));
-    const bool valid = r < matrix_rows && col < matrix_cols;
-    copy16_async(w + (r - row0) * kWeightRow + col - col0, valid ? matrix + r * ld + col : matrix,
-                 valid);
+// The weight tiles come through the bulk tensor copy engine (TMA) in 64 x 32 boxes, completing on
+// a shared-memory mbarrier; rows and columns outside the matrix arrive as zeros.
+__device__ __forceinline__ void init_barrier(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(bar)));
+}
+__device__ __forceinline__ void publish_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void expect_bytes(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                   shared_address(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void wait_barrier(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(shared_address(bar)), "r"(parity)
+        : "memory");
   }
 }
 
-// acc[m] += A[16 m .. 16 m + 16)[k0 .. k1) @ w[k0 .. k1)[col .. col + 8) for each of the warp's
-// M tiles, summed over the kParts row-major A operands a[] (shared, row stride a_stride).
-template <typename E, int kMTiles, int kParts>
-__device__ __forceinline__ void warp_mma(float (&acc)[kMTiles][4], const E* const (&a)[kParts],
-                                         int a_stride, const E* w, int col, int k0, int k1,
-                                         int lane) {
+// Rows [row0, row0 + rows) (a multiple of kBoxRows) x columns [col0, col0 + kCols) of the
+// matrix behind `map` (boxes of kBoxRows x kCols) into shared w [rows][kCols], dense; one thread
+// calls it.
+template <int kCols, typename E>
+__device__ __forceinline__ void copy_weight_tile(E* w, const CUtensorMap* map, int row0, int rows,
+                                                 int col0, uint64_t* bar) {
+  expect_bytes(bar, static_cast<uint32_t>(rows * kCols * sizeof(E)));
+  for (int r = 0; r < rows; r += kBoxRows) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+        "{%2, %3}], [%4];\n" ::"r"(shared_address(w + r * kCols)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(col0), "r"(row0 + r), "r"(shared_address(bar))
+        : "memory");
+  }
+}
+
+// `bytes` (a multiple of 16) of contiguous global memory into shared memory; one thread calls it.
+__device__ __forceinline__ void copy_bytes(void* dst, const void* src, uint32_t bytes,
+                                           uint64_t* bar) {
+  expect_bytes(bar, bytes);
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(shared_address(dst)),
+      "l"(src), "r"(bytes), "r"(shared_address(bar))
+      : "memory");
+}
+
+// Weight tiles [rows][kCols] sit in shared memory as the copy engine's swizzle leaves them (64-
+// or 128-byte mode for 32- or 64-column rows): 16-byte chunk c of row r is stored at chunk
+// c ^ f(r), so the 8 rows one ldmatrix phase reads fall in 8 different bank groups instead of all
+// in one (measured: the unswizzled tiles made the MMA loop shared-memory bound, 13 us of V3).
+template <int kCols>
+__device__ __forceinline__ int swizzled(int row, int col) {
+  static_assert(kCols == 32 || kCols == 64, "64- or 128-byte rows");
+  const int f = kCols == 64 ? row % 8 : (row / 2) % 4;
+  return row * kCols + (((col / 8) ^ f) * 8) + col % 8;
+}
+
+// How a block's 8 warps cover a tile of kCols columns: 4 column groups of kCols / 4 (one or two
+// 8-column MMA tiles, sharing each A fragment) times 2 halves of the rows (K).
+template <int kCols>
+struct WarpLayout {
+  static constexpr int kGroups = 4;
+  static constexpr int kNTiles = kCols / kGroups / kMmaCols;
+  static_assert(kNTiles * kMmaCols * kGroups == kCols, "32 or 64 columns");
+};
+
+// acc[j] += A[0 .. 16)[k0 .. k1) @ w[k0 .. k1)[col + 8 j .. col + 8 j + 8) for the warp's kNTiles
+// MMA tiles, summed over the kParts row-major A operands a[] (shared, row stride a_stride); w is
+// a swizzled [rows][kCols] tile. The two k-steps of each pass and the kParts operands accumulate
+// in separate registers, so consecutive MMAs do not wait on each other.
+template <int kCols, int kParts, typename E>
+__device__ __forceinline__ void warp_mma(float (&acc)[WarpLayout<kCols>::kNTiles][4],
+                                         const E* const (&a)[kParts], int a_stride, const E* w,
+                                         int col, int k0, int k1, int lane) {
+  constexpr int kNTiles = WarpLayout<kCols>::kNTiles;
+  float chain[2][kParts][kNTiles][4] = {};
   for (int k = k0; k < k1; k += 2 * kKStep) {
-    uint32_t b[4];  // B fragments of k-steps k and k + 16
-    load_matrices_transposed(b, w + (k + lane) * kWeightRow + col);
+    uint32_t b[kNTiles][4];  // B fragments of k-steps k and k + 16, per MMA tile
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+      load_matrices_transposed(b[j], w + swizzled<kCols>(k + lane, col + j * kMmaCols));
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
-      for (int m = 0; m < kMTiles; ++m) {
+      for (int part = 0; part < kParts; ++part) {
+        uint32_t frag[4];
+        load_matrices(frag, a[part] + (lane % 16) * a_stride + k + h * kKStep + (lane / 16) * 8);
 #pragma unroll
-        for (int part = 0; part < kParts; ++part) {
-          uint32_t frag[4];
-          load_matrices(frag, a[part] + (16 * m + lane % 16) * a_stride + k + h * kKStep +
-                                  (lane / 16) * 8);
-          mma<E>(acc[m], frag, b[2 * h], b[2 * h + 1]);
+        for (int j = 0; j < kNTiles; ++j) {
+          mma<E>(chain[h][part][j], frag, b[j][2 * h], b[j][2 * h + 1]);
         }
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int part = 0; part < kParts; ++part) acc[j][i] += chain[h][part][j][i];
       }
     }
   }
 }
 
-// The block's [16 kMTiles][32] result: warps 4-7 (second K half) leave theirs in sum, warps 0-3
-// add theirs. An element (token row, column) of a warp's accumulators: acc[m][i] is row
-// 16 m + lane / 4 + 8 (i / 2), column 8 (warp % 4) + 2 (lane % 4) + i % 2.
-template <int kMTiles>
-__device__ __forceinline__ void sum_k_halves(const float (&acc)[kMTiles][4], float* sum, int warp,
-                                             int lane) {
-  const int col = (warp % 4) * kMmaCols + (lane % 4) * 2;
+// The block's [16][kCols] result in sum (row stride kCols + kSumPad): warps 4-7 (second half of
+// the rows) leave theirs, warps 0-3 add their own (a fixed order). Accumulator i of MMA tile j of
+// a lane is row lane / 4 + 8 (i / 2), column (warp % 4) kCols / 4 + 8 j + 2 (lane % 4) + i % 2
+// (the MMA's C fragment).
+template <int kCols>
+__device__ __forceinline__ void collect_tile(const float (&acc)[WarpLayout<kCols>::kNTiles][4],
+                                             float* sum, int warp, int lane) {
+  constexpr int kStride = kCols + kSumPad;
+  constexpr int kNTiles = WarpLayout<kCols>::kNTiles;
+  const int col = (warp % 4) * (kCols / 4) + (lane % 4) * 2;
   const int row = lane / 4;
   if (warp >= 4) {
 #pragma unroll
-    for (int m = 0; m < kMTiles; ++m) {
+    for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) sum[(16 * m + row + 8 * (i / 2)) * kSumStride + col + i % 2] = acc[m][i];
+      for (int i = 0; i < 4; ++i) {
+        sum[(row + 8 * (i / 2)) * kStride + col + j * kMmaCols + i % 2] = acc[j][i];
+      }
     }
   }
   __syncthreads();
   if (warp < 4) {
 #pragma unroll
-    for (int m = 0; m < kMTiles; ++m) {
+    for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) sum[(16 * m + row + 8 * (i / 2)) * kSumStride + col + i % 2] += acc[m][i];
+      for (int i = 0; i < 4; ++i) {
+        sum[(row + 8 * (i / 2)) * kStride + col + j * kMmaCols + i % 2] += acc[j][i];
+      }
     }
   }
   __syncthreads();
 }
 
-// Shared-memory plans, in elements of E then floats; every region starts 16-byte aligned.
+// Shared-memory plans, in elements of E, then floats, then barriers; every region 16-byte aligned.
 struct DownSmem {
-  int rows, kMTiles;
+  int rows;
   __host__ __device__ int x_stride() const { return rows + kRowPad; }
-  __host__ __device__ int weight_elems() const { return rows * kWeightRow; }
-  __host__ __device__ int x_elems() const { return 16 * kMTiles * x_stride(); }
+  __host__ __device__ int weight_elems() const { return rows * kDownCols; }
+  __host__ __device__ int x_elems() const { return kTokens * x_stride(); }
   __host__ __device__ size_t bytes(size_t elem) const {
-    return elem * (weight_elems() + x_elems()) + sizeof(float) * 16 * kMTiles * kSumStride;
+    return elem * (weight_elems() + x_elems()) +
+           sizeof(float) * kTokens * (kDownCols + kSumPad) + sizeof(uint64_t);
   }
 };
 struct UpSmem {
-  int rows, kMTiles;
+  int rows, cols, stages;
   __host__ __device__ int a_stride() const { return rows + kRowPad; }
-  __host__ __device__ int weight_elems() const { return rows * kWeightRow; }
-  __host__ __device__ int a_elems() const { return 16 * kMTiles * a_stride(); }
+  __host__ __device__ int a_elems() const { return 2 * kTokens * a_stride(); }  // hi and lo
+  __host__ __device__ int weight_elems() const { return rows * cols; }  // per stage
   __host__ __device__ size_t bytes(size_t elem) const {
-    return elem * (weight_elems() + 2 * a_elems()) + sizeof(float) * 16 * kMTiles * kSumStride;
+    return elem * (a_elems() + stages * weight_elems()) +
+           sizeof(float) * kTokens * (cols + kSumPad) + sizeof(uint64_t) * (stages + 1);
   }
 };
 
 // Stage 1. Block (column tile x, chunk y): latent[:, 32 x ..] partial over rows y * chunk_rows ..
-template <typename E, int kMTiles>
+template <typename E>
 __global__ void __cluster_dims__(1, kChunks, 1) __launch_bounds__(kThreads)
     down_latent(const __grid_constant__ Params<E> p) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const DownSmem plan{p.chunk_rows, kMTiles};
-  E* w = reinterpret_cast<E*>(smem);                                      // [rows][kWeightRow]
-  E* x = w + plan.weight_elems();                                         // [16 kMTiles][x_stride]
-  float* sum = reinterpret_cast<float*>(x + plan.x_elems());              // [16 kMTiles][kSumStride]
-  allow_dependents();  // stage 2 may start requesting its weights now
+  extern __shared__ __align__(1024) unsigned char smem[];  // swizzled tiles first
+  const DownSmem plan{p.chunk_rows};
+  E* w = reinterpret_cast<E*>(smem);                            // [rows][kDownCols]
+  E* x = w + plan.weight_elems();                               // [kTokens][x_stride]
+  float* sum = reinterpret_cast<float*>(x + plan.x_elems());    // [kTokens][kDownCols + pad]
+  uint64_t* bar = reinterpret_cast<uint64_t*>(sum + kTokens * (kDownCols + kSumPad));
 
   const int rows = p.chunk_rows, x_stride = plan.x_stride();
-  const int col0 = blockIdx.x * kTileCols, d0 = blockIdx.y * rows;
-  copy_weight_tile(w, p.w_down, p.w_down_stride, d0, rows, p.model_dim, col0, p.rank);
+  const int col0 = blockIdx.x * kDownCols, d0 = blockIdx.y * rows;
+  if (threadIdx.x == 0) {
+    init_barrier(bar);
+    publish_barrier_init();
+    copy_weight_tile<kDownCols>(w, &p.w_down_map, d0, rows, col0, bar);
+  }
   // The chunk's hidden rows; zeros past T and D.
   if (p.hidden_vectors) {
     const int vectors = rows / 8;
-    for (int i = threadIdx.x; i < 16 * kMTiles * vectors; i += kThreads) {
+    for (int i = threadIdx.x; i < kTokens * vectors; i += kThreads) {
       const int t = i / vectors, d = d0 + (i % vectors) * 8;
       const bool valid = t < p.tokens && d < p.model_dim;
       const E* src = valid ? p.hidden + token_offset(t, p.seq, p.hidden_stride_batch,
@@ -266,7 +359,7 @@ __global__ void __cluster_dims__(1, kChunks, 1) __launch_bounds__(kThreads)
       copy16_async(x + t * x_stride + d - d0, src, valid);
     }
   } else {
-    for (int i = threadIdx.x; i < 16 * kMTiles * rows; i += kThreads) {
+    for (int i = threadIdx.x; i < kTokens * rows; i += kThreads) {
       const int t = i / rows, d = d0 + i % rows;
       x[t * x_stride + d - d0] =
           t < p.tokens && d < p.model_dim
@@ -275,119 +368,140 @@ __global__ void __cluster_dims__(1, kChunks, 1) __launch_bounds__(kThreads)
     }
   }
   wait_async_copies();
-  __syncthreads();
+  __syncthreads();  // also publishes the barrier's initialization
+  wait_barrier(bar, 0);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int half = rows / 2, k0 = (warp / 4) * half;
-  float acc[kMTiles][4] = {};
+  float acc[WarpLayout<kDownCols>::kNTiles][4] = {};
   const E* const a[1] = {x};
-  warp_mma<E, kMTiles, 1>(acc, a, x_stride, w, (warp % 4) * kMmaCols, k0, k0 + half, lane);
-  sum_k_halves<kMTiles>(acc, sum, warp, lane);
+  warp_mma<kDownCols, 1>(acc, a, x_stride, w, (warp % 4) * (kDownCols / 4), k0, k0 + half, lane);
+  collect_tile<kDownCols>(acc, sum, warp, lane);
 
   // The cluster's 8 chunk sums, read from each block's shared memory in rank order; block q of
-  // the cluster finishes 1/8 of the tile's elements.
+  // the cluster finishes 1/8 of the tile: stage 2's operand (every row, zeros included) and the
+  // caller's latent output.
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
-  constexpr int kShare = 16 * kMTiles * kTileCols / kChunks;
+  constexpr int kShare = kTokens * kDownCols / kChunks;
   const int q = static_cast<int>(cluster.block_rank());
+  const int a_stride = p.rank_rows + kRowPad;
   for (int i = threadIdx.x; i < kShare; i += kThreads) {
-    const int e = q * kShare + i, t = e / kTileCols, r = col0 + e % kTileCols;
-    if (t >= p.tokens || r >= p.rank) continue;
+    const int e = q * kShare + i, t = e / kDownCols, r = col0 + e % kDownCols;
     float total = 0.f;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
-      total += cluster.map_shared_rank(sum, c)[t * kSumStride + e % kTileCols];
+      total += cluster.map_shared_rank(sum, c)[t * (kDownCols + kSumPad) + e % kDownCols];
     }
-    p.latent[t * p.rank + r] = total;
-    if (p.latent_out != nullptr) {
-      p.latent_out[token_offset(t, p.seq, p.latent_stride_batch, p.latent_stride_seq) + r] =
-          from_float<E>(total);
+    const E hi = from_float<E>(total);
+    p.latent_operand[t * a_stride + r] = hi;
+    p.latent_operand[(kTokens + t) * a_stride + r] = from_float<E>(total - to_float(hi));
+    if (p.latent_out != nullptr && t < p.tokens && r < p.rank) {
+      p.latent_out[token_offset(t, p.seq, p.latent_stride_batch, p.latent_stride_seq) + r] = hi;
     }
   }
-  cluster.sync();  // no block leaves while another still reads its shared memory
+  allow_dependents();  // stage 2 may launch now (earlier only slowed this stage down: measured)
+  cluster.sync();      // no block leaves while another still reads its shared memory
 }
 
-// Stage 2. Block x: columns 32 (x % tiles) .. of w_up_k (x < tiles) or w_up_v, all R rows.
-template <typename E, int kMTiles>
-__global__ void __launch_bounds__(kThreads) up_project(const __grid_constant__ Params<E> p) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const UpSmem plan{p.rank_rows, kMTiles};
-  E* w = reinterpret_cast<E*>(smem);            // [rows][kWeightRow]
-  E* a_hi = w + plan.weight_elems();            // [16 kMTiles][a_stride]: latent rounded
-  E* a_lo = a_hi + plan.a_elems();              // [16 kMTiles][a_stride]: latent - a_hi, rounded
-  float* sum = reinterpret_cast<float*>(a_lo + plan.a_elems());  // [16 kMTiles][kSumStride]
+// Stage 2. Persistent blocks walk the column tiles (kCols columns of w_up_k, then of w_up_v, all
+// R rows) gridDim.x apart, with up_stages tiles in flight: the first ones are requested before the
+// wait for stage 1, each next one as soon as its stage is free.
+template <typename E, int kCols>
+__global__ void __launch_bounds__(kThreads, 1) up_project(const __grid_constant__ Params<E> p) {
+  extern __shared__ __align__(1024) unsigned char smem[];  // swizzled tiles first
+  const UpSmem plan{p.rank_rows, kCols, p.up_stages};
+  E* w = reinterpret_cast<E*>(smem);                            // [stages][rows][kCols]
+  E* a_hi = w + plan.stages * plan.weight_elems();              // [kTokens][a_stride]
+  E* a_lo = a_hi + kTokens * plan.a_stride();                   // [kTokens][a_stride]
+  float* sum = reinterpret_cast<float*>(a_hi + plan.a_elems());
+  uint64_t* a_bar = reinterpret_cast<uint64_t*>(sum + kTokens * (kCols + kSumPad));
+  uint64_t* w_bar = a_bar + 1;                                  // [stages]
 
   const int rows = p.rank_rows, a_stride = plan.a_stride();
-  const int tiles = (p.kv_width + kTileCols - 1) / kTileCols;
-  const int kv = blockIdx.x / tiles, col0 = (blockIdx.x % tiles) * kTileCols;
-  copy_weight_tile(w, kv == 0 ? p.w_up_k : p.w_up_v, kv == 0 ? p.w_up_k_stride : p.w_up_v_stride,
-                   0, rows, p.rank, col0, p.kv_width);
-
-  wait_for_previous_stage();
-  // The float32 latent as hi + lo, 4 at a time (R is a multiple of 8); zeros past T and R.
-  for (int i = threadIdx.x; i < 16 * kMTiles * rows / 4; i += kThreads) {
-    const int t = i / (rows / 4), r = (i % (rows / 4)) * 4;
-    const float4 v = t < p.tokens && r < p.rank
-                         ? *reinterpret_cast<const float4*>(p.latent + t * p.rank + r)
-                         : make_float4(0.f, 0.f, 0.f, 0.f);
-    const float f[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const E hi = from_float<E>(f[j]);
-      a_hi[t * a_stride + r + j] = hi;
-      a_lo[t * a_stride + r + j] = from_float<E>(f[j] - to_float(hi));
+  const int tiles_per_half = (p.kv_width + kCols - 1) / kCols;
+  const int tiles = 2 * tiles_per_half;
+  auto request = [&](int tile, int stage) {
+    const int kv = tile / tiles_per_half, col0 = (tile % tiles_per_half) * kCols;
+    copy_weight_tile<kCols>(w + stage * plan.weight_elems(), &p.w_up_map[kv], 0, rows, col0,
+                            w_bar + stage);
+  };
+  if (threadIdx.x == 0) {
+    init_barrier(a_bar);
+    for (int s = 0; s < plan.stages; ++s) init_barrier(w_bar + s);
+    publish_barrier_init();
+    for (int s = 0; s < plan.stages; ++s) {
+      const int tile = blockIdx.x + s * gridDim.x;
+      if (tile < tiles) request(tile, s);
     }
   }
-  wait_async_copies();
-  __syncthreads();
+  wait_for_previous_stage();
+  if (threadIdx.x == 0) {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");  // stage 1 wrote it with stores
+    copy_bytes(a_hi, p.latent_operand, static_cast<uint32_t>(plan.a_elems() * sizeof(E)), a_bar);
+  }
+  __syncthreads();  // publishes the barriers' initialization
+  wait_barrier(a_bar, 0);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int half = rows / 2, k0 = (warp / 4) * half;
-  float acc[kMTiles][4] = {};
   const E* const a[2] = {a_hi, a_lo};
-  warp_mma<E, kMTiles, 2>(acc, a, a_stride, w, (warp % 4) * kMmaCols, k0, k0 + half, lane);
-  sum_k_halves<kMTiles>(acc, sum, warp, lane);
+  for (int i = 0, tile = blockIdx.x; tile < tiles; ++i, tile += gridDim.x) {
+    const int stage = i % plan.stages;
+    wait_barrier(w_bar + stage, (i / plan.stages) & 1);
+    float acc[WarpLayout<kCols>::kNTiles][4] = {};
+    warp_mma<kCols, 2>(acc, a, a_stride, w + stage * plan.weight_elems(), (warp % 4) * (kCols / 4),
+                       k0, k0 + half, lane);
+    collect_tile<kCols>(acc, sum, warp, lane);  // every warp is done with the stage after this
+    const int next = tile + plan.stages * gridDim.x;
+    if (threadIdx.x == 0 && next < tiles) request(next, stage);
 
-  for (int i = threadIdx.x; i < p.tokens * kTileCols; i += kThreads) {
-    const int t = i / kTileCols, n = col0 + i % kTileCols;
-    if (n >= p.kv_width) continue;
-    p.out[kv * p.out_stride_kv + token_offset(t, p.seq, p.out_stride_batch, p.out_stride_seq) +
-          (n / p.head_dim) * p.out_stride_head + n % p.head_dim] =
-        from_float<E>(sum[t * kSumStride + i % kTileCols]);
+    const int kv = tile / tiles_per_half, col0 = (tile % tiles_per_half) * kCols;
+    for (int j = threadIdx.x; j < p.tokens * kCols; j += kThreads) {
+      const int t = j / kCols, n = col0 + j % kCols;
+      if (n >= p.kv_width) continue;
+      p.out[kv * p.out_stride_kv + token_offset(t, p.seq, p.out_stride_batch, p.out_stride_seq) +
+            (n / p.head_dim) * p.out_stride_head + n % p.head_dim] =
+          from_float<E>(sum[t * (kCols + kSumPad) + j % kCols]);
+    }
+    __syncthreads();  // sum is rewritten by the next tile
   }
 }
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-int m_tiles(const Problem& p) { return p.tokens() <= 16 ? 1 : p.tokens() <= 32 ? 2 : 4; }
-
+int rank_rows(const Problem& p) { return static_cast<int>(round_up(p.rank, kRowAlign)); }
 DownSmem down_smem(const Problem& p) {
-  return {static_cast<int>(round_up((p.model_dim + kChunks - 1) / kChunks, kRowAlign)),
-          m_tiles(p)};
+  return {static_cast<int>(round_up((p.model_dim + kChunks - 1) / kChunks, kRowAlign))};
 }
-UpSmem up_smem(const Problem& p) {
-  return {static_cast<int>(round_up(p.rank, kRowAlign)), m_tiles(p)};
-}
-
-// The opt-in shared-memory limit of a device (227 KB on Hopper), read once per device; the
-// kernels' own opt-in to it is done at the same time.
-template <typename E, int kMTiles>
-cudaError_t opt_in(int bytes) {
-  cudaError_t err = cudaFuncSetAttribute(down_latent<E, kMTiles>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err != cudaSuccess) return err;
-  return cudaFuncSetAttribute(up_project<E, kMTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              bytes);
+int up_tiles(const Problem& p, int cols) {
+  return static_cast<int>(2 * ((p.kv_width() + cols - 1) / cols));
 }
 
-struct SmemLimit {
-  size_t bytes = 0;
+// Per device, read once (run() is on the hot path): SMs and the opt-in shared-memory limit
+// (227 KB on Hopper), to which the kernels are opted in at the same time.
+struct DeviceFacts {
+  int sm_count = 0;
+  size_t smem_optin = 0;
   Status status;
 };
 
-Status shared_memory_limit(size_t* bytes) {
+template <typename E>
+cudaError_t opt_in(int bytes) {
+  cudaError_t err = cudaFuncSetAttribute(down_latent<E>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess) {
+    err = cudaFuncSetAttribute(up_project<E, kNarrowUpCols>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  }
+  if (err != cudaSuccess) return err;
+  return cudaFuncSetAttribute(up_project<E, kWideUpCols>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
+Status current_device_facts(const DeviceFacts** out) {
   static std::array<std::once_flag, kMaxDevices> once;
-  static std::array<SmemLimit, kMaxDevices> limits;
+  static std::array<DeviceFacts, kMaxDevices> facts;
   int device = 0;
   LATENTKV_CUDA_RETURN(cudaGetDevice(&device));
   if (device < 0 || device >= kMaxDevices) {
@@ -397,21 +511,19 @@ Status shared_memory_limit(size_t* bytes) {
   }
   std::call_once(once[device], [device] {
     const RelaxedCaptureScope relaxed;
-    SmemLimit& l = limits[device];
+    DeviceFacts& f = facts[device];
     int optin = 0;
-    cudaError_t err =
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (err == cudaSuccess) err = opt_in<__nv_bfloat16, 1>(optin);
-    if (err == cudaSuccess) err = opt_in<__nv_bfloat16, 2>(optin);
-    if (err == cudaSuccess) err = opt_in<__nv_bfloat16, 4>(optin);
-    if (err == cudaSuccess) err = opt_in<__half, 1>(optin);
-    if (err == cudaSuccess) err = opt_in<__half, 2>(optin);
-    if (err == cudaSuccess) err = opt_in<__half, 4>(optin);
-    l.status = cuda_status(err, "cuda-decode: shared-memory opt-in");
-    l.bytes = static_cast<size_t>(optin);
+    cudaError_t err = cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount, device);
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    }
+    if (err == cudaSuccess) err = opt_in<__nv_bfloat16>(optin);
+    if (err == cudaSuccess) err = opt_in<__half>(optin);
+    f.status = cuda_status(err, "cuda-decode: device attributes and shared-memory opt-in");
+    f.smem_optin = static_cast<size_t>(optin);
   });
-  *bytes = limits[device].bytes;
-  return limits[device].status;
+  *out = &facts[device];
+  return (*out)->status;
 }
 
 // Hopper's opt-in limit, for the device-free size check (the launch checks the device's own).
@@ -421,18 +533,57 @@ bool aligned(const void* ptr, int64_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0;
 }
 
-template <typename E, int kMTiles>
-Status launch(const Problem& p, const Args& a, Stream stream) {
+// cuTensorMapEncodeTiled, looked up once through the runtime (no link against the driver library).
+using TensorMapEncoder = PFN_cuTensorMapEncodeTiled_v12000;
+Status tensor_map_encoder(TensorMapEncoder* out) {
+  static std::once_flag once;
+  static TensorMapEncoder encoder = nullptr;
+  std::call_once(once, [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess) {
+      encoder = reinterpret_cast<TensorMapEncoder>(fn);
+    }
+  });
+  *out = encoder;
+  if (encoder == nullptr) {
+    return {StatusCode::kCudaError,
+            "cuda-decode: the driver does not provide cuTensorMapEncodeTiled (CUDA 12+ needed)"};
+  }
+  return Status::Ok();
+}
+
+// A row-major [rows][cols] matrix (row stride ld elements) in kBoxRows x box_cols boxes.
+template <typename E>
+Status encode_weight_map(CUtensorMap* map, TensorMapEncoder encode, const void* matrix,
+                         int64_t rows, int64_t cols, int64_t ld, int box_cols) {
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * sizeof(E)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), kBoxRows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode(
+      map, std::is_same_v<E, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                     : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+      2, const_cast<void*>(matrix), dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE,
+      box_cols * sizeof(E) == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return {StatusCode::kCudaError,
+            "cuda-decode: cuTensorMapEncodeTiled failed with CUresult " + std::to_string(r)};
+  }
+  return Status::Ok();
+}
+
+template <typename E, int kUpCols>
+Status launch(const Problem& p, const Args& a, Stream stream, const DeviceFacts& facts) {
   Params<E> k;
   k.hidden = static_cast<const E*>(a.hidden);
   k.hidden_stride_batch = a.hidden_stride_batch;
   k.hidden_stride_seq = a.hidden_stride_seq;
-  k.w_down = static_cast<const E*>(a.w_down);
-  k.w_down_stride = a.w_down_stride_row;
-  k.w_up_k = static_cast<const E*>(a.w_up_k);
-  k.w_up_v = static_cast<const E*>(a.w_up_v);
-  k.w_up_k_stride = a.w_up_k_stride_row;
-  k.w_up_v_stride = a.w_up_v_stride_row;
   k.out = static_cast<E*>(a.out);
   k.out_stride_kv = a.out_stride_kv;
   k.out_stride_batch = a.out_stride_batch;
@@ -441,7 +592,7 @@ Status launch(const Problem& p, const Args& a, Stream stream) {
   k.latent_out = static_cast<E*>(a.latent);
   k.latent_stride_batch = a.latent_stride_batch;
   k.latent_stride_seq = a.latent_stride_seq;
-  k.latent = static_cast<float*>(a.workspace);
+  k.latent_operand = static_cast<E*>(a.workspace);
   k.tokens = static_cast<int>(p.tokens());
   k.seq = static_cast<int>(p.seq);
   k.model_dim = static_cast<int>(p.model_dim);
@@ -449,46 +600,68 @@ Status launch(const Problem& p, const Args& a, Stream stream) {
   k.head_dim = static_cast<int>(p.head_dim);
   k.kv_width = static_cast<int>(p.kv_width());
   const DownSmem down = down_smem(p);
-  const UpSmem up = up_smem(p);
   k.chunk_rows = down.rows;
-  k.rank_rows = up.rows;
+  k.rank_rows = rank_rows(p);
   k.hidden_vectors = aligned(a.hidden, 16) && a.hidden_stride_batch % 8 == 0 &&
                      a.hidden_stride_seq % 8 == 0 && p.model_dim % 8 == 0;
 
-  size_t limit = 0;
-  if (Status queried = shared_memory_limit(&limit); !queried.ok()) return queried;
-  const size_t down_bytes = down.bytes(sizeof(E)), up_bytes = up.bytes(sizeof(E));
-  if (down_bytes > limit || up_bytes > limit) {
-    return {StatusCode::kUnsupported,
-            "cuda-decode: needs " + std::to_string(std::max(down_bytes, up_bytes)) +
-                " bytes of shared memory per block; the device allows " + std::to_string(limit)};
+  TensorMapEncoder encode = nullptr;
+  if (Status found = tensor_map_encoder(&encode); !found.ok()) return found;
+  const Status mapped[] = {
+      encode_weight_map<E>(&k.w_down_map, encode, a.w_down, p.model_dim, p.rank,
+                           a.w_down_stride_row, kDownCols),
+      encode_weight_map<E>(&k.w_up_map[0], encode, a.w_up_k, p.rank, p.kv_width(),
+                           a.w_up_k_stride_row, kUpCols),
+      encode_weight_map<E>(&k.w_up_map[1], encode, a.w_up_v, p.rank, p.kv_width(),
+                           a.w_up_v_stride_row, kUpCols)};
+  for (const Status& m : mapped) {
+    if (!m.ok()) return m;
   }
 
-  const dim3 down_grid(static_cast<unsigned>((k.rank + kTileCols - 1) / kTileCols), kChunks);
-  down_latent<E, kMTiles><<<down_grid, kThreads, down_bytes, stream>>>(k);
+  // Stage 2: one persistent block per SM (or per tile, when fewer), as many tiles in flight as
+  // its shared memory holds (up to kMaxUpStages) and it has tiles to walk.
+  const int tiles = up_tiles(p, kUpCols);
+  const int up_grid = std::min(tiles, facts.sm_count);
+  UpSmem up{k.rank_rows, kUpCols, std::min(kMaxUpStages, (tiles + up_grid - 1) / up_grid)};
+  while (up.stages > 1 && up.bytes(sizeof(E)) > facts.smem_optin) --up.stages;
+  k.up_stages = up.stages;
+  const size_t down_bytes = down.bytes(sizeof(E)), up_bytes = up.bytes(sizeof(E));
+  if (down_bytes > facts.smem_optin || up_bytes > facts.smem_optin) {
+    return {StatusCode::kUnsupported,
+            "cuda-decode: needs " + std::to_string(std::max(down_bytes, up_bytes)) +
+                " bytes of shared memory per block; the device allows " +
+                std::to_string(facts.smem_optin)};
+  }
+
+  const dim3 down_grid(static_cast<unsigned>(k.rank_rows / kDownCols), kChunks);
+  down_latent<E><<<down_grid, kThreads, down_bytes, stream>>>(k);
   LATENTKV_CUDA_RETURN(cudaGetLastError());
 
   cudaLaunchAttribute pdl[1];
   pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl[0].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(2 * ((k.kv_width + kTileCols - 1) / kTileCols)));
+  config.gridDim = dim3(static_cast<unsigned>(up_grid));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = up_bytes;
   config.stream = stream;
   config.attrs = pdl;
   config.numAttrs = 1;
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, up_project<E, kMTiles>, k));
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, up_project<E, kUpCols>, k));
   return Status::Ok();
 }
 
+// Stage 2's tile width: 64 columns (128-byte weight rows, no split of R) once there are enough
+// tiles for several per SM (DeepSeek-V3: 512); 32 columns otherwise (V2-Lite: 128 tiles, one per
+// SM).
 template <typename E>
-Status launch_for_tokens(const Problem& p, const Args& a, Stream stream) {
-  switch (m_tiles(p)) {
-    case 1: return launch<E, 1>(p, a, stream);
-    case 2: return launch<E, 2>(p, a, stream);
-    default: return launch<E, kMaxMTiles>(p, a, stream);
+Status launch_for_width(const Problem& p, const Args& a, Stream stream) {
+  const DeviceFacts* facts = nullptr;
+  if (Status queried = current_device_facts(&facts); !queried.ok()) return queried;
+  if (up_tiles(p, kWideUpCols) >= kWideTilesPerSm * facts->sm_count) {
+    return launch<E, kWideUpCols>(p, a, stream, *facts);
   }
+  return launch<E, kNarrowUpCols>(p, a, stream, *facts);
 }
 
 Status refuse(const std::string& why) {
@@ -498,30 +671,28 @@ Status refuse(const std::string& why) {
 }  // namespace
 
 int64_t cuda_decode_tc_workspace_size(const Problem& p) {
-  if (p.tokens() > kMaxTokens) return 0;
-  return static_cast<int64_t>(sizeof(float)) * p.tokens() * p.rank;
+  if (p.tokens() > kTokens || p.dtype == DType::kFloat32) return 0;
+  return element_size(p.dtype) * 2 * kTokens * (rank_rows(p) + kRowPad);
 }
 
 Status cuda_decode_tc_fits(const Problem& p) {
   if (p.dtype == DType::kFloat32) return refuse("float32 takes the FFMA decode kernels");
-  if (p.tokens() > kMaxTokens) {
+  if (p.tokens() > kTokens) {
     return refuse("problem tokens (batch * seq) = " + std::to_string(p.tokens()) +
-                  " exceeds the " + std::to_string(kMaxTokens) + " it is built for");
+                  " exceeds the " + std::to_string(kTokens) + " it is built for");
   }
-  if (p.model_dim > INT_MAX / 2 || 2 * p.kv_width() > INT_MAX / 2 ||
-      p.tokens() * p.rank > INT_MAX / 2) {
+  if (p.model_dim > INT_MAX / 2 || 2 * p.kv_width() > INT_MAX / 2 || p.rank > INT_MAX / 4) {
     return refuse("problem.model_dim, rank or heads * head_dim exceeds its int32 indexing");
   }
   if (p.rank % 8 != 0 || p.kv_width() % 8 != 0) {
     return refuse("needs problem.rank = " + std::to_string(p.rank) +
                   " and heads * head_dim = " + std::to_string(p.kv_width()) +
-                  " to be multiples of 8 (16-byte weight vectors)");
+                  " to be multiples of 8 (16-byte weight rows)");
   }
-  const size_t down = down_smem(p).bytes(2), up = up_smem(p).bytes(2);
+  const size_t down = down_smem(p).bytes(2), up = UpSmem{rank_rows(p), kWideUpCols, 1}.bytes(2);
   if (down > kHopperSmemBytes || up > kHopperSmemBytes) {
     return refuse("problem.model_dim = " + std::to_string(p.model_dim) + " and rank = " +
-                  std::to_string(p.rank) + " at " + std::to_string(p.tokens()) +
-                  " tokens need " + std::to_string(std::max(down, up)) +
+                  std::to_string(p.rank) + " need " + std::to_string(std::max(down, up)) +
                   " bytes of shared memory per block, over the " +
                   std::to_string(kHopperSmemBytes) + " available");
   }
@@ -546,13 +717,11 @@ Status cuda_decode_tc_supports(const Problem& p, const Args& a) {
   return Status::Ok();
 }
 
-bool cuda_decode_tc_preferred(const Problem& p) {
-  return cuda_decode_tc_fits(p).ok();
-}
+bool cuda_decode_tc_preferred(const Problem& p) { return cuda_decode_tc_fits(p).ok(); }
 
 Status run_cuda_decode_tc(const Problem& p, const Args& a, Stream stream) {
-  if (p.dtype == DType::kBFloat16) return launch_for_tokens<__nv_bfloat16>(p, a, stream);
-  if (p.dtype == DType::kFloat16) return launch_for_tokens<__half>(p, a, stream);
+  if (p.dtype == DType::kBFloat16) return launch_for_width<__nv_bfloat16>(p, a, stream);
+  if (p.dtype == DType::kFloat16) return launch_for_width<__half>(p, a, stream);
   return refuse("float32 takes the FFMA decode kernels");
 }
 

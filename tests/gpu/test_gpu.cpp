@@ -230,7 +230,7 @@ Expected expected_for(const Problem& p) {
 // Runs p on CUDA under `strides` (every pointer `misalign` elements off its allocation) on
 // `stream`, with kAuto and each strategy forced, and compares out and latent with the expected
 // results each time. A forced strategy may answer kUnsupported (cuda-fused: bf16/fp16, cuda-gemm:
-// padded heads, cuda-decode: T > 16 (float32) or 64, or unaligned weights); kAuto may only for bf16/fp16. Returns
+// padded heads, cuda-decode: T > 16 or unaligned weights); kAuto may only for bf16/fp16. Returns
 // the runs made; *why gets the refusal when kAuto ran nothing; *ran, if given, collects the
 // strategies that ran.
 int expect_cuda_matches(const Problem& p, const Expected& e, const Args& strides, bool with_latent,
@@ -499,23 +499,16 @@ INSTANTIATE_TEST_SUITE_P(Strategies, GpuGraphs,
                            return name.substr(name.find('-') + 1);
                          });
 
-// The decode strategy's token limit: float32's FFMA kernels take T <= 16, the bf16/fp16
-// tensor-core kernels T <= 64 (one to four 16-token MMA tiles).
-int64_t decode_max_tokens(DType dtype) { return dtype == DType::kFloat32 ? 16 : 64; }
-
-// Shapes of the decode strategy for `dtype`: token counts around the FFMA kernels' 4-token groups
-// and the MMA tiles' 16, up to the dtype's limit; D around the 32-row slots and the 64-row chunk
-// alignment, across chunks; R around the 32/64-column tiles up to 512; N around the 32/16-column
-// tiles (and enough tiles for several per persistent block); DeepSeek decode. Every R and N is a
-// multiple of 8, so all three dtypes can take the 16-byte weight vectors.
-std::vector<Problem> decode_shapes(DType dtype) {
+// Shapes of the decode strategy (T <= 16): token counts around the FFMA kernels' 4-token groups
+// and up to the MMA tile's 16; D around the 32-row slots and the 64-row chunk alignment, across
+// chunks; R around the 32/64-column tiles up to 512; N around the 32/16-column tiles (and enough
+// tiles for several per persistent block); DeepSeek decode. Every R and N is a multiple of 8, so
+// all three dtypes can take the 16-byte weight rows.
+std::vector<Problem> decode_shapes() {
   std::vector<Problem> shapes;
-  const int64_t token_splits[][2] = {{1, 1}, {1, 2}, {3, 1}, {1, 4}, {1, 5}, {2, 3},  {7, 1},
-                                     {2, 4}, {3, 3}, {1, 13}, {4, 4}, {1, 16}, {17, 1}, {3, 10},
-                                     {2, 16}, {33, 1}, {5, 9}, {8, 8}};
-  for (const auto& bs : token_splits) {
-    if (bs[0] * bs[1] <= decode_max_tokens(dtype)) shapes.push_back(shape(bs[0], bs[1], 300, 48, 4, 32));
-  }
+  const int64_t token_splits[][2] = {{1, 1}, {1, 2}, {3, 1}, {1, 4}, {1, 5}, {2, 3},
+                                     {7, 1}, {2, 4}, {3, 3}, {1, 13}, {4, 4}, {1, 16}};
+  for (const auto& bs : token_splits) shapes.push_back(shape(bs[0], bs[1], 300, 48, 4, 32));
   for (int64_t d : {1, 31, 33, 100, 4128, 7168}) shapes.push_back(shape(1, 3, d, 64, 2, 64));
   for (int64_t r : {8, 56, 64, 72, 504, 512}) shapes.push_back(shape(1, 5, 96, r, 2, 16));
   const int64_t heads_dims[][2] = {{1, 8}, {3, 8}, {5, 8}, {3, 88}, {16, 128}, {128, 136}};
@@ -523,10 +516,7 @@ std::vector<Problem> decode_shapes(DType dtype) {
   shapes.push_back(shape(1, 1, 2048, 512, 16, 128));  // DeepSeek-V2-Lite decode
   shapes.push_back(shape(4, 4, 2048, 512, 16, 128));
   shapes.push_back(shape(1, 1, 7168, 512, 128, 128));  // DeepSeek-V3 decode
-  if (decode_max_tokens(dtype) >= 64) {
-    shapes.push_back(shape(4, 16, 2048, 512, 16, 128));  // V2-Lite, 64 tokens
-    shapes.push_back(shape(1, 64, 7168, 512, 128, 128));  // V3, 64 tokens
-  }
+  shapes.push_back(shape(2, 8, 7168, 512, 128, 128));
   return shapes;
 }
 
@@ -546,7 +536,7 @@ class GpuDecode : public ::testing::TestWithParam<DType> {};
 // each strategy; cuda-decode itself must have run on each of them.
 TEST_P(GpuDecode, MatchesFloat64) {
   SKIP_WITHOUT_CUDA();
-  for (Problem p : decode_shapes(GetParam())) {
+  for (Problem p : decode_shapes()) {
     p.dtype = GetParam();
     const Expected e = expected_for(p);
     for (const Args& strides : {padded_args(p, 0), decode_padded_args(p)}) {

@@ -27,7 +27,7 @@ Status run_cuda_gemm(const Problem& problem, const Args& args, Stream stream);
 
 // Decode strategy: few tokens against large weights, the weights streamed over every SM. float32
 // runs FFMA kernels (src/cuda/decode_stream.cu, T <= 16), bf16/fp16 tensor-core kernels
-// (src/cuda/decode_tensor_core.cu, T <= 64); the cuda_decode_* functions (src/cuda/decode.cpp)
+// (src/cuda/decode_tensor_core.cu, T <= 16); the cuda_decode_* functions (src/cuda/decode.cpp)
 // pick by dtype. *_fits looks at the problem alone (sizes, shared memory); *_supports adds the
 // arguments (16-byte weight rows, the workspace); *_preferred says decode is the faster strategy
 // for the problem.

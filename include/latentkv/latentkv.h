@@ -114,8 +114,9 @@ enum class Strategy {
   kCudaFused,   // CUDA: one launch, latent kept in shared memory (float32)
   kCudaGemm,    // CUDA: cuBLAS GEMMs on tensor cores / FFMA, K and V written straight into the
                 // stacked output (no stack copy); the latent goes to args.latent or the workspace
-  kCudaDecode,  // CUDA: few tokens (<= 16) and large weights: the weights streamed over every SM
-                // in three launches chained by programmatic dependent launch; needs the workspace
+  kCudaDecode,  // CUDA: few tokens (<= 16) and large weights: the weights streamed over every SM,
+                // launches chained by programmatic dependent launch (float32: three, FFMA;
+                // bf16/fp16: two, tensor cores); needs the workspace
 };
 const char* to_string(Strategy strategy);
 

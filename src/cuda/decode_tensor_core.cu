@@ -1,25 +1,28 @@
 // The decode strategy for bfloat16 and float16 (Strategy::kCudaDecode on 16-bit dtypes): few
-// tokens (T <= 64) against large weights, as in MLA decoding (DeepSeek-V2-Lite: 6 MB of bf16
-// weights per call for one token, V3: 41 MB). The cost is streaming the weights from HBM once, so
-// every SM gets an equal share of them, copied into shared memory with cp.async (the whole share
-// in flight at once, no registers held), and the multiplications run on tensor cores (mma.sync
-// m16n8k16, float32 accumulation) with the tokens as the M side: one MMA covers 16 tokens, so
-// T = 1 and T = 16 cost the same instructions. Two launches:
-//   1. down_latent   grid (ceil(R / 32) column tiles, 8 chunks of D); the 8 chunks of a column
-//                    tile form one thread-block cluster. Each block multiplies the hidden rows of
-//                    its chunk by its (D / 8) x 32 tile of w_down; the 8 partial tiles are summed
+// tokens (T <= 16) against large weights, as in MLA decoding (DeepSeek-V2-Lite: 6 MB of bf16
+// weights per call, V3: 41 MB). The cost is streaming the weights from HBM once, so every SM gets
+// a share of them through the bulk tensor copy engine (TMA: no registers or threads held while
+// the bytes are in flight), and the multiplications run on tensor cores (mma.sync m16n8k16,
+// float32 accumulation) with the tokens as the M side: one MMA covers 16 tokens, so T = 1 and
+// T = 16 cost the same instructions. Two launches:
+//   1. down_latent   grid (R / 32 column tiles, 8 chunks of D); the 8 chunks of a column tile
+//                    form one thread-block cluster. Each block multiplies the hidden rows of its
+//                    chunk by its (D / 8) x 32 tile of w_down; the 8 partial tiles are summed
 //                    through distributed shared memory, in a fixed order (deterministic), into the
-//                    float32 latent [T][R] (workspace) and the caller's latent output.
-//   2. up_project    one block per 32 columns of w_up_k, then of w_up_v, launched with
-//                    programmatic dependent launch (PDL): its whole R x 32 weight tile is requested
-//                    *before* it waits for stage 1, so the up-projection weights stream while the
-//                    down projection runs. The float32 latent enters the MMAs as a hi + lo pair of
-//                    16-bit values (two MMAs, ~16 mantissa bits: as good as float32 here, where the
-//                    unfused baseline rounds the latent to the dtype), and the results go straight
-//                    into the stacked output, any head stride.
-// Each block splits its rows (the K dimension) between two groups of 4 warps, one 8-column MMA
-// tile per warp, and sums the two halves in shared memory (deterministic). Float32 is not taken
-// here: its decode kernels are in decode_stream.cu (tensor cores would mean TF32).
+//                    caller's latent output and into stage 2's A operand in the workspace: the
+//                    float32 latent as a hi + lo pair of 16-bit values (two MMAs, ~16 mantissa
+//                    bits: as good as float32 here, where the unfused baseline rounds the latent
+//                    to the dtype), laid out exactly as stage 2's shared memory wants it.
+//   2. up_project    persistent, one block per SM, launched with programmatic dependent launch
+//                    (PDL): each block walks tiles of 32 or 64 columns of w_up_k, then w_up_v (all
+//                    R rows), with up to 4 tiles in flight; its first tiles are requested before
+//                    it waits for stage 1, the A operand comes in with one bulk copy, and the
+//                    results go straight into the stacked output, any head stride.
+// In both stages a block's 8 warps split the tile's columns 4 ways and its rows (K) 2 ways, and
+// the two halves are summed in shared memory (deterministic). Float32 is not taken here: its
+// decode kernels are in decode_stream.cu (tensor cores would mean TF32).
+// Measured on an H200 (docs/perf-notes.md): V2-Lite 8.7-9.4 us for T = 1..16 against 12.0 for
+// cuBLAS; V3 20.7-23.7 against 19.6-20.4, which is why kAuto takes it for small weights only.
 #include <cooperative_groups.h>
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -717,7 +720,19 @@ Status cuda_decode_tc_supports(const Problem& p, const Args& a) {
   return Status::Ok();
 }
 
-bool cuda_decode_tc_preferred(const Problem& p) { return cuda_decode_tc_fits(p).ok(); }
+// Measured on an H200, bf16, against cuda-gemm (docs/perf-notes.md, 2026-11-29): DeepSeek-V2-Lite
+// (6.3 MB of weights) 8.7 / 8.8 / 8.8 / 9.0 / 9.4 us for T = 1 / 2 / 4 / 8 / 16 against
+// 11.9-12.1; DeepSeek-V3 (41 MB) 20.7 / 20.7 / 20.9 / 21.8 / 23.7 against 19.6-20.4. With large
+// weights the MMA loop (the A operand re-read from shared memory per tile) no longer hides under
+// the weight stream, and cuBLAS's GEMV-shaped kernels stream them as fast, so the crossover lies
+// between the two; 16 MB is the bound measured on the small side.
+bool cuda_decode_tc_preferred(const Problem& p) {
+  constexpr int64_t kSmallWeightBytes = int64_t{16} << 20;
+  if (!cuda_decode_tc_fits(p).ok()) return false;  // also bounds the sizes multiplied below
+  const int64_t weight_bytes =
+      (p.model_dim * p.rank + 2 * p.rank * p.kv_width()) * element_size(p.dtype);
+  return weight_bytes <= kSmallWeightBytes;
+}
 
 Status run_cuda_decode_tc(const Problem& p, const Args& a, Stream stream) {
   if (p.dtype == DType::kBFloat16) return launch_for_width<__nv_bfloat16>(p, a, stream);

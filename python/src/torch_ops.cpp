@@ -5,14 +5,14 @@
 // binding it wraps (measured on an H200 host), this one a C++ dispatch. The kernel is thin:
 // cheap checks with the binding's messages (TORCH_CHECK_TYPE -> TypeError for dtypes,
 // TORCH_CHECK_VALUE -> ValueError for shapes, strides and devices, naming the argument and its
-// value), one at::empty for the output, Problem/Args from sizes and element strides, and
-// latentkv::run on torch's current stream of the tensors' device. Scratch for the strategy that
-// wants it (cuBLAS for the latent when latent_out is not given; the decode kernels' partial sums)
-// comes from at::empty too: torch's
-// caching allocator, stream-ordered and CUDA-graph safe. A refused call raises with latentkv's
-// message and writes nothing. The fake (meta) kernels stay in Python (latentkv.torch, named by
-// set_python_module), and torch.py loads this library with torch.ops.load_library; it has no
-// Python linkage. LATENTKV_TORCH_CUDA (set by CMake only when torch has CUDA) compiles the CUDA
+// value), one allocation for the output, Problem/Args from sizes and element strides, and
+// latentkv::run on torch's current stream of the tensors' device. The output, and the scratch of
+// the strategy that wants it (cuBLAS for the latent when latent_out is not given; the decode
+// kernels' scratch), come from torch's allocator for the device, as at::empty's would (for
+// CUDA the caching allocator: stream-ordered and CUDA-graph safe). A refused call raises with
+// latentkv's message and writes nothing. The fake (meta) kernels stay in Python (latentkv.torch,
+// named by set_python_module), and torch.py loads this library with torch.ops.load_library; it has
+// no Python linkage. LATENTKV_TORCH_CUDA (set by CMake only when torch has CUDA) compiles the CUDA
 // registration, device guard and stream lookup.
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
@@ -78,8 +78,9 @@ void strides_of(const at::Tensor& t, const char* name, int64_t (&strides)[kDim])
   }
 }
 
-// A new tensor from torch's allocator for the device, without at::empty's second trip through the
-// dispatcher (measured: 0.1 us a call on the CPU host); the kernel overwrites all of it.
+// What at::empty gives, from the same allocator, without a second trip through the dispatcher
+// (0.1 us a call, measured on a CPU host). Uninitialized: run() writes all of the output, and the
+// workspace is scratch.
 at::Tensor empty(at::IntArrayRef sizes, c10::ScalarType dtype, c10::Device device) {
 #ifdef LATENTKV_TORCH_CUDA
   if (device.is_cuda()) return at::detail::empty_cuda(sizes, dtype, device, std::nullopt);

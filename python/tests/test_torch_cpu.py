@@ -1,6 +1,7 @@
 """The torch side on the CPU backend: latentkv.kv_proj on torch tensors, the registered ops
 (results, latent_out mutation, opcheck, torch.compile without graph breaks), and LatentKVProjection
-against the reference module (state_dict, seed, forward, training fallback). Skipped without torch."""
+against the reference module (state_dict, seed, forward, training fallback, hooks, its __call__
+fast path under torch.compile, jit.trace and torch.fx). Skipped without torch."""
 
 import numpy as np
 import pytest
@@ -140,6 +141,91 @@ def test_module_compiles_fullgraph_with_the_op_in_the_graph():
     assert len(graphs) == 1
     targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
     assert "latentkv.kv_proj.default" in targets
+
+
+class Wrapper(torch.nn.Module):
+    """A model around LatentKVProjection, so it is also called as a submodule."""
+
+    def __init__(self):
+        super().__init__()
+        self.kv = lt.LatentKVProjection(32, 8, 2, 4)
+
+    def forward(self, x):
+        return self.kv(x) * 2
+
+
+def test_module_hooks_run():
+    """LatentKVProjection.__call__ skips nn.Module.__call__ only while there is nothing for it to
+    do; every kind of hook still runs, in eager mode and in a fullgraph compile."""
+    torch.manual_seed(10)
+    model = Wrapper()
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        plain = model.kv.forward(x)
+        pre = model.kv.register_forward_pre_hook(lambda m, args: (args[0] * 0.5,))
+        post = model.kv.register_forward_hook(lambda m, args, out: out + 1)
+        want = (model.kv.forward(x * 0.5) + 1) * 2
+        torch.testing.assert_close(model(x), want)
+        backend, graphs = graph_recorder()
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(model, backend=backend, fullgraph=True)(x), want)
+        assert len(graphs) == 1
+        pre.remove()
+        post.remove()
+        seen = []
+        handle = torch.nn.modules.module.register_module_forward_hook(
+            lambda m, args, out: seen.append(type(m).__name__))
+        try:
+            torch.testing.assert_close(model.kv(x), plain)
+        finally:
+            handle.remove()
+        assert seen == ["LatentKVProjection"]
+    grads = []
+    model.kv.register_full_backward_hook(lambda m, grad_in, grad_out: grads.append(grad_out))
+    model(x.requires_grad_()).sum().backward()
+    assert len(grads) == 1 and grads[0][0].shape == (2, 2, 5, 2, 4)
+
+
+def test_module_hook_registered_after_torch_compile_runs():
+    """As for nn.Module.__call__, dynamo runs LatentKVProjection.__call__ outside the graph when it
+    starts there, so a hook registered after compiling the module runs (and stops when removed)."""
+    if not hasattr(getattr(torch._C, "_dynamo", None), "eval_frame") or not hasattr(
+            torch._C._dynamo.eval_frame, "set_code_exec_strategy"):
+        pytest.skip("this torch has no dynamo frame-skip API")
+    torch._dynamo.reset()
+    module = lt.LatentKVProjection(32, 8, 2, 4)
+    compiled = torch.compile(module, backend="eager", fullgraph=True)
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        want = compiled(x)
+        handle = module.register_forward_pre_hook(lambda m, args: (args[0] * 0,))
+        assert torch.count_nonzero(compiled(x)) == 0
+        handle.remove()
+        torch.testing.assert_close(compiled(x), want)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace")
+def test_module_call_respects_module_compile_jit_trace_and_fx():
+    torch.manual_seed(11)
+    model = Wrapper()
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        want = model(x)
+        if lt.OPS_BACKEND == "c++":  # the Python registration's eager path is not an op to record
+            traced = torch.jit.trace(model.kv, x)
+            assert "latentkv::kv_proj" in str(traced.graph)
+            torch.testing.assert_close(traced(x) * 2, want)
+        # torch.fx patches nn.Module.__call__ to record leaf modules as call_module nodes.
+        tracer = torch.fx.Tracer()
+        tracer.is_leaf_module = lambda m, name: isinstance(m, lt.LatentKVProjection)
+        graph = tracer.trace(model)
+        ops = [n.op for n in graph.nodes]
+        assert ops == ["placeholder", "call_module", "call_function", "output"]
+        torch._dynamo.reset()
+        backend, graphs = graph_recorder()
+        model.kv.compile(backend=backend, fullgraph=True)
+        torch.testing.assert_close(model(x), want)
+        assert len(graphs) == 1
 
 
 def test_functional_with_latent_compiles_fullgraph():

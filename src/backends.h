@@ -28,23 +28,26 @@ Status run_cuda_gemm(const Problem& problem, const Args& args, Stream stream);
 // Decode strategy: few tokens against large weights, the weights streamed over every SM. float32
 // runs FFMA kernels (src/cuda/decode_stream.cu, T <= 16), bf16/fp16 tensor-core kernels
 // (src/cuda/decode_tensor_core.cu, T <= 16); the cuda_decode_* functions (src/cuda/decode.cpp)
-// pick by dtype. *_fits looks at the problem alone (sizes, shared memory); *_supports adds the
-// arguments (16-byte weight rows, the workspace); *_preferred says decode is the faster strategy
-// for the problem.
+// pick by dtype. *_fits looks at the problem alone (sizes, shared memory); cuda_decode_supports
+// adds the arguments, the same for both (16-byte weight rows, the workspace); *_preferred says
+// decode is the faster strategy for the problem.
 int64_t cuda_decode_workspace_size(const Problem& problem);
 Status cuda_decode_supports(const Problem& problem, const Args& args);
 bool cuda_decode_preferred(const Problem& problem);
 Status run_cuda_decode(const Problem& problem, const Args& args, Stream stream);
 
+// Bytes of w_down, w_up_k and w_up_v together (what a decode call streams).
+inline int64_t weight_bytes(const Problem& p) {
+  return (p.model_dim * p.rank + 2 * p.rank * p.kv_width()) * element_size(p.dtype);
+}
+
 int64_t cuda_decode_fp32_workspace_size(const Problem& problem);
 Status cuda_decode_fp32_fits(const Problem& problem);
-Status cuda_decode_fp32_supports(const Problem& problem, const Args& args);
 bool cuda_decode_fp32_preferred(const Problem& problem);
 Status run_cuda_decode_fp32(const Problem& problem, const Args& args, Stream stream);
 
 int64_t cuda_decode_tc_workspace_size(const Problem& problem);
 Status cuda_decode_tc_fits(const Problem& problem);
-Status cuda_decode_tc_supports(const Problem& problem, const Args& args);
 bool cuda_decode_tc_preferred(const Problem& problem);
 Status run_cuda_decode_tc(const Problem& problem, const Args& args, Stream stream);
 

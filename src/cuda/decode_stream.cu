@@ -358,10 +358,6 @@ Status multiprocessor_count(int* count) {
   return Status::Ok();
 }
 
-bool aligned(const void* ptr, int64_t bytes) {
-  return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0;
-}
-
 template <typename T, int kGroup>
 Status launch(const Problem& p, const Args& a, Stream stream) {
   const DownPlan plan = down_plan(p);
@@ -466,29 +462,7 @@ Status cuda_decode_fp32_fits(const Problem& p) {
 bool cuda_decode_fp32_preferred(const Problem& p) {
   constexpr int64_t kSmallWeightBytes = int64_t{16} << 20;
   if (!cuda_decode_fp32_fits(p).ok()) return false;  // also bounds the sizes multiplied below
-  const int64_t weight_bytes =
-      (p.model_dim * p.rank + 2 * p.rank * p.kv_width()) * element_size(p.dtype);
-  return p.tokens() == 1 || (p.tokens() <= 4 && weight_bytes <= kSmallWeightBytes);
-}
-
-Status cuda_decode_fp32_supports(const Problem& p, const Args& a) {
-  if (Status fits = cuda_decode_fp32_fits(p); !fits.ok()) return fits;
-  // Every weight row is read 16 bytes at a time.
-  const int64_t vw = vector_width(p.dtype);
-  if (a.w_down_stride_row % vw != 0 || a.w_up_k_stride_row % vw != 0 ||
-      a.w_up_v_stride_row % vw != 0 || !aligned(a.w_down, 16) || !aligned(a.w_up_k, 16) ||
-      !aligned(a.w_up_v, 16)) {
-    return refuse("needs the weight row strides to be multiples of " + std::to_string(vw) +
-                  " elements and the weights 16-byte aligned");
-  }
-  const int64_t need = cuda_decode_fp32_workspace_size(p);
-  if (a.workspace == nullptr || a.workspace_bytes < need || !aligned(a.workspace, 16)) {
-    return {StatusCode::kInvalidArgument,
-            "args.workspace_bytes = " + std::to_string(a.workspace_bytes) +
-                ": cuda-decode needs a 16-byte aligned workspace of " + std::to_string(need) +
-                " bytes"};
-  }
-  return Status::Ok();
+  return p.tokens() == 1 || (p.tokens() <= 4 && weight_bytes(p) <= kSmallWeightBytes);
 }
 
 // The token group: T itself for one or two tokens, else passes of 4.

@@ -702,24 +702,6 @@ Status cuda_decode_tc_fits(const Problem& p) {
   return Status::Ok();
 }
 
-Status cuda_decode_tc_supports(const Problem& p, const Args& a) {
-  if (Status fits = cuda_decode_tc_fits(p); !fits.ok()) return fits;
-  if (a.w_down_stride_row % 8 != 0 || a.w_up_k_stride_row % 8 != 0 ||
-      a.w_up_v_stride_row % 8 != 0 || !aligned(a.w_down, 16) || !aligned(a.w_up_k, 16) ||
-      !aligned(a.w_up_v, 16)) {
-    return refuse("needs the weight row strides to be multiples of 8 elements and the weights "
-                  "16-byte aligned");
-  }
-  const int64_t need = cuda_decode_tc_workspace_size(p);
-  if (a.workspace == nullptr || a.workspace_bytes < need || !aligned(a.workspace, 16)) {
-    return {StatusCode::kInvalidArgument,
-            "args.workspace_bytes = " + std::to_string(a.workspace_bytes) +
-                ": cuda-decode needs a 16-byte aligned workspace of " + std::to_string(need) +
-                " bytes"};
-  }
-  return Status::Ok();
-}
-
 // Measured on an H200, bf16, against cuda-gemm (docs/perf-notes.md, 2026-11-29): DeepSeek-V2-Lite
 // (6.3 MB of weights) 8.7 / 8.8 / 8.8 / 9.0 / 9.4 us for T = 1 / 2 / 4 / 8 / 16 against
 // 11.9-12.1; DeepSeek-V3 (41 MB) 20.7 / 20.7 / 20.9 / 21.8 / 23.7 against 19.6-20.4. With large
@@ -729,9 +711,7 @@ Status cuda_decode_tc_supports(const Problem& p, const Args& a) {
 bool cuda_decode_tc_preferred(const Problem& p) {
   constexpr int64_t kSmallWeightBytes = int64_t{16} << 20;
   if (!cuda_decode_tc_fits(p).ok()) return false;  // also bounds the sizes multiplied below
-  const int64_t weight_bytes =
-      (p.model_dim * p.rank + 2 * p.rank * p.kv_width()) * element_size(p.dtype);
-  return weight_bytes <= kSmallWeightBytes;
+  return weight_bytes(p) <= kSmallWeightBytes;
 }
 
 Status run_cuda_decode_tc(const Problem& p, const Args& a, Stream stream) {

@@ -140,7 +140,7 @@ __device__ __forceinline__ void wait_for_previous_stage() {
 template <typename E>
 struct Params {
   CUtensorMap w_down_map;   // w_down [D][R] in 64 x 32 boxes
-  CUtensorMap w_up_map[2];  // w_up_k, w_up_v [R][N] in 64 x 32 boxes
+  CUtensorMap w_up_map[2];  // w_up_k, w_up_v [R][N] in 64 x (stage 2's tile width) boxes
   const E* hidden;  // [B, S, D], strides (hidden_stride_batch, hidden_stride_seq, 1)
   int64_t hidden_stride_batch, hidden_stride_seq;
   E* out;  // [2, B, S, H, Dh]
@@ -162,7 +162,7 @@ __device__ __forceinline__ int64_t token_offset(int token, int seq, int64_t stri
   return (token / seq) * stride_batch + (token % seq) * stride_seq;
 }
 
-// The weight tiles come through the bulk tensor copy engine (TMA) in 64 x 32 boxes, completing on
+// The weight tiles come through the bulk tensor copy engine (TMA) in 64-row boxes, completing on
 // a shared-memory mbarrier; rows and columns outside the matrix arrive as zeros.
 __device__ __forceinline__ void init_barrier(uint64_t* bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(bar)));

@@ -1,0 +1,113 @@
+// The CUDA strategies' limits and preferences as the dispatcher sees them (src/backends.h): which
+// problems each decode family takes, what it refuses and with which message, how much workspace
+// it asks for, and where kAuto prefers it. All of this is host logic that asks no device, so it
+// runs here, without a GPU; the GPU suite runs the kernels on the same shapes.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backends.h"
+#include "testing.h"
+
+namespace latentkv::testing {
+namespace {
+
+using detail::cuda_decode_fp32_fits;
+using detail::cuda_decode_fp32_preferred;
+using detail::cuda_decode_supports;
+using detail::cuda_decode_tc_fits;
+using detail::cuda_decode_tc_preferred;
+using detail::cuda_decode_workspace_size;
+
+Problem in_dtype(Problem p, DType dtype) {
+  p.dtype = dtype;
+  return p;
+}
+
+const Problem kV2Lite = shape(1, 1, 2048, 512, 16, 128);
+const Problem kV3 = shape(1, 1, 7168, 512, 128, 128);
+
+void expect_refused(const Status& s, StatusCode code, const std::string& names) {
+  EXPECT_EQ(s.code(), code) << s.message();
+  EXPECT_NE(s.message().find(names), std::string::npos) << s.message();
+}
+
+TEST(DecodeLimits, TensorCoreKernelsTakeUpToSixteenTokensIn16BitTypes) {
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (int64_t t : {1, 7, 16}) {
+      EXPECT_TRUE(cuda_decode_tc_fits(in_dtype(shape(1, t, 7168, 512, 128, 128), dtype)).ok());
+    }
+    expect_refused(cuda_decode_tc_fits(in_dtype(shape(17, 1, 2048, 512, 16, 128), dtype)),
+                   StatusCode::kUnsupported, "problem tokens (batch * seq) = 17");
+  }
+  expect_refused(cuda_decode_tc_fits(kV2Lite), StatusCode::kUnsupported, "float32");
+  expect_refused(cuda_decode_fp32_fits(in_dtype(kV2Lite, DType::kBFloat16)),
+                 StatusCode::kUnsupported, "bf16/fp16");
+}
+
+TEST(DecodeLimits, WeightRowsAreWholeSixteenByteVectors) {
+  const Problem odd_rank = in_dtype(shape(1, 1, 64, 12, 2, 16), DType::kBFloat16);
+  expect_refused(cuda_decode_tc_fits(odd_rank), StatusCode::kUnsupported, "problem.rank = 12");
+  const Problem odd_width = in_dtype(shape(1, 1, 64, 16, 3, 6), DType::kFloat16);
+  expect_refused(cuda_decode_tc_fits(odd_width), StatusCode::kUnsupported,
+                 "heads * head_dim = 18");
+  // float32 vectors are 4 elements: R = 12 is whole vectors there.
+  EXPECT_TRUE(cuda_decode_fp32_fits(shape(1, 1, 64, 12, 2, 16)).ok());
+}
+
+TEST(DecodeLimits, SharedMemoryBoundsTheModelDimension) {
+  // Stage 1 holds D / 8 rows of a 32-column w_down tile and of the hidden rows.
+  const Problem wide = in_dtype(shape(1, 1, 1 << 16, 512, 16, 128), DType::kBFloat16);
+  expect_refused(cuda_decode_tc_fits(wide), StatusCode::kUnsupported, "shared memory");
+}
+
+TEST(DecodeWorkspace, SizedForTheFamilyThatRuns) {
+  // bf16/fp16: stage 2's A operand, hi and lo, 16 token rows of R rounded to 64 plus 8 padding.
+  EXPECT_EQ(cuda_decode_workspace_size(in_dtype(kV2Lite, DType::kBFloat16)), 2 * 2 * 16 * 520);
+  EXPECT_EQ(cuda_decode_workspace_size(in_dtype(shape(1, 1, 64, 8, 1, 8), DType::kFloat16)),
+            2 * 2 * 16 * 72);
+  // float32: the chunk partials and the latent.
+  EXPECT_GT(cuda_decode_workspace_size(kV2Lite), 0);
+  EXPECT_EQ(cuda_decode_workspace_size(shape(17, 1, 2048, 512, 16, 128)), 0);
+}
+
+TEST(DecodeDispatch, PreferredWhereMeasuredFaster) {
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (int64_t t : {1, 2, 4, 8, 16}) {
+      EXPECT_TRUE(cuda_decode_tc_preferred(in_dtype(shape(1, t, 2048, 512, 16, 128), dtype)));
+      EXPECT_FALSE(cuda_decode_tc_preferred(in_dtype(shape(1, t, 7168, 512, 128, 128), dtype)));
+    }
+  }
+  EXPECT_TRUE(cuda_decode_fp32_preferred(kV3));                        // T = 1
+  EXPECT_TRUE(cuda_decode_fp32_preferred(shape(1, 4, 256, 48, 4, 32)));  // small weights
+  EXPECT_FALSE(cuda_decode_fp32_preferred(shape(1, 2, 7168, 512, 128, 128)));
+}
+
+TEST(DecodeArguments, RefusedWithTheArgumentNamed) {
+  const Problem p = in_dtype(kV2Lite, DType::kBFloat16);
+  alignas(16) static unsigned char storage[256];
+  Args a = contiguous_args(p, storage, storage, storage, storage, storage);
+  a.workspace = storage;
+  a.workspace_bytes = cuda_decode_workspace_size(p);
+  EXPECT_TRUE(cuda_decode_supports(p, a).ok());  // pointers are not dereferenced
+
+  Args unaligned = a;
+  unaligned.w_up_v = storage + 2;
+  expect_refused(cuda_decode_supports(p, unaligned), StatusCode::kUnsupported, "16-byte aligned");
+  Args padded = a;
+  padded.w_down_stride_row = p.rank + 4;
+  expect_refused(cuda_decode_supports(p, padded), StatusCode::kUnsupported,
+                 "multiples of 8 elements");
+  Args short_workspace = a;
+  short_workspace.workspace_bytes -= 16;
+  expect_refused(cuda_decode_supports(p, short_workspace), StatusCode::kInvalidArgument,
+                 "args.workspace_bytes = " + std::to_string(a.workspace_bytes - 16));
+  Args no_workspace = a;
+  no_workspace.workspace = nullptr;
+  expect_refused(cuda_decode_supports(p, no_workspace), StatusCode::kInvalidArgument,
+                 "args.workspace_bytes");
+}
+
+}  // namespace
+}  // namespace latentkv::testing

@@ -31,6 +31,7 @@
 
 #include "backends.h"
 #include "cuda/cuda_check.h"
+#include "cuda/kernel_args.h"
 
 namespace latentkv::detail {
 namespace {
@@ -362,31 +363,13 @@ template <typename T, int kGroup>
 Status launch(const Problem& p, const Args& a, Stream stream) {
   const DownPlan plan = down_plan(p);
   DecodeParams<T> k;
-  k.hidden = static_cast<const T*>(a.hidden);
-  k.hidden_stride_batch = a.hidden_stride_batch;
-  k.hidden_stride_seq = a.hidden_stride_seq;
-  k.w_down = static_cast<const T*>(a.w_down);
-  k.w_down_stride = a.w_down_stride_row;
-  k.w_up_k = static_cast<const T*>(a.w_up_k);
-  k.w_up_v = static_cast<const T*>(a.w_up_v);
-  k.w_up_k_stride = a.w_up_k_stride_row;
-  k.w_up_v_stride = a.w_up_v_stride_row;
-  k.out = static_cast<T*>(a.out);
-  k.out_stride_kv = a.out_stride_kv;
-  k.out_stride_batch = a.out_stride_batch;
-  k.out_stride_seq = a.out_stride_seq;
-  k.out_stride_head = a.out_stride_head;
+  copy_activation_args<T>(p, a, k);
+  copy_weight_args<T>(a, k);
   k.latent_out = static_cast<T*>(a.latent);
   k.latent_stride_batch = a.latent_stride_batch;
   k.latent_stride_seq = a.latent_stride_seq;
   k.partials = static_cast<float*>(a.workspace);
   k.latent = k.partials + int64_t{plan.chunks} * latent_floats(p);
-  k.tokens = static_cast<int>(p.tokens());
-  k.seq = static_cast<int>(p.seq);
-  k.model_dim = static_cast<int>(p.model_dim);
-  k.rank = static_cast<int>(p.rank);
-  k.head_dim = static_cast<int>(p.head_dim);
-  k.kv_width = static_cast<int>(p.kv_width());
   k.chunks = plan.chunks;
   k.down_loads = plan.loads;
 

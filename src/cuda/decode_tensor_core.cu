@@ -40,6 +40,7 @@
 
 #include "backends.h"
 #include "cuda/cuda_check.h"
+#include "cuda/kernel_args.h"
 
 namespace latentkv::detail {
 namespace {
@@ -584,24 +585,11 @@ Status encode_weight_map(CUtensorMap* map, TensorMapEncoder encode, const void* 
 template <typename E, int kUpCols>
 Status launch(const Problem& p, const Args& a, Stream stream, const DeviceFacts& facts) {
   Params<E> k;
-  k.hidden = static_cast<const E*>(a.hidden);
-  k.hidden_stride_batch = a.hidden_stride_batch;
-  k.hidden_stride_seq = a.hidden_stride_seq;
-  k.out = static_cast<E*>(a.out);
-  k.out_stride_kv = a.out_stride_kv;
-  k.out_stride_batch = a.out_stride_batch;
-  k.out_stride_seq = a.out_stride_seq;
-  k.out_stride_head = a.out_stride_head;
+  copy_activation_args<E>(p, a, k);
   k.latent_out = static_cast<E*>(a.latent);
   k.latent_stride_batch = a.latent_stride_batch;
   k.latent_stride_seq = a.latent_stride_seq;
   k.latent_operand = static_cast<E*>(a.workspace);
-  k.tokens = static_cast<int>(p.tokens());
-  k.seq = static_cast<int>(p.seq);
-  k.model_dim = static_cast<int>(p.model_dim);
-  k.rank = static_cast<int>(p.rank);
-  k.head_dim = static_cast<int>(p.head_dim);
-  k.kv_width = static_cast<int>(p.kv_width());
   const DownSmem down = down_smem(p);
   k.chunk_rows = down.rows;
   k.rank_rows = rank_rows(p);

@@ -22,6 +22,7 @@
 
 #include "backends.h"
 #include "cuda/cuda_check.h"
+#include "cuda/kernel_args.h"
 
 namespace latentkv::detail {
 namespace {
@@ -431,29 +432,11 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 FusedParams make_params(const Problem& p, const Args& a, int tile_tokens) {
   FusedParams k;
-  k.hidden = static_cast<const float*>(a.hidden);
-  k.hidden_stride_batch = a.hidden_stride_batch;
-  k.hidden_stride_seq = a.hidden_stride_seq;
-  k.w_down = static_cast<const float*>(a.w_down);
-  k.w_down_stride = a.w_down_stride_row;
-  k.w_up_k = static_cast<const float*>(a.w_up_k);
-  k.w_up_v = static_cast<const float*>(a.w_up_v);
-  k.w_up_k_stride = a.w_up_k_stride_row;
-  k.w_up_v_stride = a.w_up_v_stride_row;
-  k.out = static_cast<float*>(a.out);
-  k.out_stride_kv = a.out_stride_kv;
-  k.out_stride_batch = a.out_stride_batch;
-  k.out_stride_seq = a.out_stride_seq;
-  k.out_stride_head = a.out_stride_head;
+  copy_activation_args<float>(p, a, k);
+  copy_weight_args<float>(a, k);
   k.latent = static_cast<float*>(a.latent);
   k.latent_stride_batch = a.latent_stride_batch;
   k.latent_stride_seq = a.latent_stride_seq;
-  k.tokens = static_cast<int>(p.tokens());
-  k.seq = static_cast<int>(p.seq);
-  k.model_dim = static_cast<int>(p.model_dim);
-  k.rank = static_cast<int>(p.rank);
-  k.head_dim = static_cast<int>(p.head_dim);
-  k.kv_width = static_cast<int>(p.kv_width());
   k.num_tiles = static_cast<int>((p.tokens() + tile_tokens - 1) / tile_tokens);
   k.hidden_vec4 = aligned16(a.hidden) && p.model_dim % 4 == 0 && a.hidden_stride_seq % 4 == 0 &&
                   a.hidden_stride_batch % 4 == 0;

@@ -30,6 +30,19 @@ class RelaxedCaptureScope {
   cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
 };
 
+// The current device, for the per-device caches of the CUDA strategies (attributes read once,
+// kernels opted in to large shared memory once), which track the first kMaxTrackedDevices devices.
+constexpr int kMaxTrackedDevices = 64;
+inline Status current_tracked_device(int* device) {
+  if (Status s = cuda_status(cudaGetDevice(device), "cudaGetDevice"); !s.ok()) return s;
+  if (*device < 0 || *device >= kMaxTrackedDevices) {
+    return {StatusCode::kUnsupported, "CUDA device " + std::to_string(*device) +
+                                          " is beyond the " + std::to_string(kMaxTrackedDevices) +
+                                          " devices latentkv tracks"};
+  }
+  return Status::Ok();
+}
+
 }  // namespace latentkv::detail
 
 #define LATENTKV_CUDA_RETURN(call)                                                    \

@@ -32,6 +32,7 @@
 #include "backends.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernel_args.h"
+#include "cuda/pdl.h"
 
 namespace latentkv::detail {
 namespace {
@@ -75,18 +76,6 @@ __device__ __forceinline__ void unpack(const uint4& raw, float (&f)[Vec<T>::kWid
   const T* v = reinterpret_cast<const T*>(&raw);
 #pragma unroll
   for (int i = 0; i < Vec<T>::kWidth; ++i) f[i] = to_float(v[i]);
-}
-
-// PDL: let the next kernel in the stream start its prologue / wait for the previous one.
-__device__ __forceinline__ void allow_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  cudaTriggerProgrammaticLaunchCompletion();
-#endif
-}
-__device__ __forceinline__ void wait_for_previous_stage() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  cudaGridDependencySynchronize();
-#endif
 }
 
 template <typename T>
@@ -347,15 +336,12 @@ size_t up_smem_bytes(const Problem& p) { return sizeof(float) * latent_floats(p)
 
 // SMs of the current device, asked once per device (run() is on the hot path).
 Status multiprocessor_count(int* count) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices] = {};
+  static std::atomic<int> cached[kMaxTrackedDevices] = {};
   int device = 0;
-  LATENTKV_CUDA_RETURN(cudaGetDevice(&device));
-  if (device >= 0 && device < kMaxDevices && (*count = cached[device].load()) > 0) {
-    return Status::Ok();
-  }
+  if (Status tracked = current_tracked_device(&device); !tracked.ok()) return tracked;
+  if ((*count = cached[device].load()) > 0) return Status::Ok();
   LATENTKV_CUDA_RETURN(cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device));
-  if (device >= 0 && device < kMaxDevices) cached[device].store(*count);
+  cached[device].store(*count);
   return Status::Ok();
 }
 

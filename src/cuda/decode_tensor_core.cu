@@ -41,6 +41,7 @@
 #include "backends.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernel_args.h"
+#include "cuda/pdl.h"
 
 namespace latentkv::detail {
 namespace {
@@ -63,7 +64,6 @@ constexpr int kMaxUpStages = 4;            // stage 2: weight tiles in flight pe
 constexpr int kNarrowUpCols = 32;          // stage 2's tile widths (columns of w_up_k / w_up_v)
 constexpr int kWideUpCols = 64;
 constexpr int kWideTilesPerSm = 2;         // the wide tiles from this many tiles per SM on
-constexpr int kMaxDevices = 64;
 
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
@@ -124,18 +124,6 @@ __device__ __forceinline__ void mma<__half>(float (&d)[4], const uint32_t (&a)[4
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// PDL: let the next kernel in the stream start / wait until the previous one's memory is visible.
-__device__ __forceinline__ void allow_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  cudaTriggerProgrammaticLaunchCompletion();
-#endif
-}
-__device__ __forceinline__ void wait_for_previous_stage() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  cudaGridDependencySynchronize();
-#endif
 }
 
 template <typename E>
@@ -504,15 +492,10 @@ cudaError_t opt_in(int bytes) {
 }
 
 Status current_device_facts(const DeviceFacts** out) {
-  static std::array<std::once_flag, kMaxDevices> once;
-  static std::array<DeviceFacts, kMaxDevices> facts;
+  static std::array<std::once_flag, kMaxTrackedDevices> once;
+  static std::array<DeviceFacts, kMaxTrackedDevices> facts;
   int device = 0;
-  LATENTKV_CUDA_RETURN(cudaGetDevice(&device));
-  if (device < 0 || device >= kMaxDevices) {
-    return {StatusCode::kUnsupported, "CUDA device " + std::to_string(device) +
-                                          " is beyond the " + std::to_string(kMaxDevices) +
-                                          " devices latentkv tracks"};
-  }
+  if (Status tracked = current_tracked_device(&device); !tracked.ok()) return tracked;
   std::call_once(once[device], [device] {
     const RelaxedCaptureScope relaxed;
     DeviceFacts& f = facts[device];

@@ -370,7 +370,6 @@ struct DeviceFacts {
   Status status;
 };
 
-constexpr int kMaxDevices = 64;
 
 template <typename Config>
 Status allow_max_smem(int bytes) {
@@ -380,8 +379,8 @@ Status allow_max_smem(int bytes) {
 }
 
 const DeviceFacts& device_facts(int device) {
-  static std::array<std::once_flag, kMaxDevices> once;
-  static std::array<DeviceFacts, kMaxDevices> facts;
+  static std::array<std::once_flag, kMaxTrackedDevices> once;
+  static std::array<DeviceFacts, kMaxTrackedDevices> facts;
   std::call_once(once[device], [device] {
     const RelaxedCaptureScope relaxed;
     DeviceFacts& f = facts[device];
@@ -403,12 +402,7 @@ const DeviceFacts& device_facts(int device) {
 
 Status current_device_facts(const DeviceFacts** out) {
   int device = 0;
-  LATENTKV_CUDA_RETURN(cudaGetDevice(&device));
-  if (device < 0 || device >= kMaxDevices) {
-    return {StatusCode::kUnsupported, "CUDA device " + std::to_string(device) +
-                                          " is beyond the " + std::to_string(kMaxDevices) +
-                                          " devices latentkv tracks"};
-  }
+  if (Status tracked = current_tracked_device(&device); !tracked.ok()) return tracked;
   *out = &device_facts(device);
   return (*out)->status;
 }

@@ -20,7 +20,6 @@
 namespace latentkv::detail {
 namespace {
 
-constexpr int kMaxDevices = 64;
 // cuBLAS's own scratch, set once per handle so that no call allocates (graph capture needs that).
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
@@ -40,14 +39,10 @@ struct DeviceHandle {
 };
 
 Status device_handle(DeviceHandle** out) {
-  static std::array<std::once_flag, kMaxDevices> once;
-  static std::array<DeviceHandle, kMaxDevices> handles;
+  static std::array<std::once_flag, kMaxTrackedDevices> once;
+  static std::array<DeviceHandle, kMaxTrackedDevices> handles;
   int device = 0;
-  LATENTKV_CUDA_RETURN(cudaGetDevice(&device));
-  if (device < 0 || device >= kMaxDevices) {
-    return {StatusCode::kUnsupported, "CUDA device " + std::to_string(device) + " is beyond the " +
-                                          std::to_string(kMaxDevices) + " devices latentkv tracks"};
-  }
+  if (Status tracked = current_tracked_device(&device); !tracked.ok()) return tracked;
   DeviceHandle& h = handles[device];
   std::call_once(once[device], [&h] {
     const RelaxedCaptureScope relaxed;

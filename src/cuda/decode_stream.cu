@@ -79,28 +79,13 @@ __device__ __forceinline__ void unpack(const uint4& raw, float (&f)[Vec<T>::kWid
 }
 
 template <typename T>
-struct DecodeParams {
-  const T* hidden;  // [B, S, D], strides (hidden_stride_batch, hidden_stride_seq, 1)
-  int64_t hidden_stride_batch, hidden_stride_seq;
-  const T* w_down;  // [D, R], row stride w_down_stride
-  int64_t w_down_stride;
-  const T* w_up_k;  // [R, N]
-  const T* w_up_v;  // [R, N]
-  int64_t w_up_k_stride, w_up_v_stride;
-  T* out;  // [2, B, S, H, Dh]
-  int64_t out_stride_kv, out_stride_batch, out_stride_seq, out_stride_head;
+struct DecodeParams : ActivationParams<T>, WeightParams<T> {
   T* latent_out;  // [B, S, R] or null
   int64_t latent_stride_batch, latent_stride_seq;
   float* partials;  // [chunks, T, R] workspace
   float* latent;    // [T, R] workspace
-  int tokens, seq, model_dim, rank, head_dim, kv_width;
   int chunks, down_loads;  // stage 1: chunks of D, each down_loads * kDownSlots rows
 };
-
-__device__ __forceinline__ int64_t token_offset(int token, int seq, int64_t stride_batch,
-                                                int64_t stride_seq) {
-  return (token / seq) * stride_batch + (token % seq) * stride_seq;
-}
 
 // Stage 1. Block (column tile x, chunk y); thread = (column vector lane % 8, row slot
 // warp * 4 + lane / 8); the thread's rows are slot, slot + 32, ... within the chunk.

@@ -127,29 +127,19 @@ __device__ __forceinline__ void mma<__half>(float (&d)[4], const uint32_t (&a)[4
 }
 
 template <typename E>
-struct Params {
+struct Params : ActivationParams<E> {
   CUtensorMap w_down_map;   // w_down [D][R] in 64 x 32 boxes
   CUtensorMap w_up_map[2];  // w_up_k, w_up_v [R][N] in 64 x (stage 2's tile width) boxes
-  const E* hidden;  // [B, S, D], strides (hidden_stride_batch, hidden_stride_seq, 1)
-  int64_t hidden_stride_batch, hidden_stride_seq;
-  E* out;  // [2, B, S, H, Dh]
-  int64_t out_stride_kv, out_stride_batch, out_stride_seq, out_stride_head;
   E* latent_out;  // [B, S, R] or null
   int64_t latent_stride_batch, latent_stride_seq;
   // Workspace: stage 2's A operand exactly as it sits in its shared memory, [2][16][a_stride]
   // (the latent rounded to E, then the rounding's remainder), zeros past T and R.
   E* latent_operand;
-  int tokens, seq, model_dim, rank, head_dim, kv_width;
   int chunk_rows;   // stage 1: rows of w_down per block (multiple of kRowAlign)
   int rank_rows;    // R rounded up to kRowAlign: stage 2's rows, stage 1's columns
   int up_stages;    // stage 2: weight tiles in flight per block
   bool hidden_vectors;  // hidden rows may be copied 16 bytes at a time
 };
-
-__device__ __forceinline__ int64_t token_offset(int token, int seq, int64_t stride_batch,
-                                                int64_t stride_seq) {
-  return (token / seq) * stride_batch + (token % seq) * stride_seq;
-}
 
 // The weight tiles come through the bulk tensor copy engine (TMA) in 64-row boxes, completing on
 // a shared-memory mbarrier; rows and columns outside the matrix arrive as zeros.

@@ -71,19 +71,9 @@ using kStreamConfig = TileConfig<4, 256, 1, 1, 32, false>;
 using kResidentConfig = TileConfig<16, 512, 4, 2, 64, true>;
 
 // Everything the kernel needs, shapes in comments, strides in elements.
-struct FusedParams {
-  const float* hidden;  // [B, S, D]
-  int64_t hidden_stride_batch, hidden_stride_seq;
-  const float* w_down;  // [D, R]
-  int64_t w_down_stride;
-  const float* w_up_k;  // [R, N]
-  const float* w_up_v;  // [R, N]
-  int64_t w_up_k_stride, w_up_v_stride;
-  float* out;  // [2, B, S, H, Dh]
-  int64_t out_stride_kv, out_stride_batch, out_stride_seq, out_stride_head;
+struct FusedParams : ActivationParams<float>, WeightParams<float> {
   float* latent;  // [B, S, R] or null
   int64_t latent_stride_batch, latent_stride_seq;
-  int tokens, seq, model_dim, rank, head_dim, kv_width;  // T, S, D, R, Dh, N
   int num_tiles;                                          // ceil(T / kTokens)
   // Uniform per launch: which fast paths the pointers and strides allow.
   bool hidden_vec4;   // hidden rows 16-byte aligned, D % 4 == 0

@@ -1,16 +1,36 @@
-// Copies Args and Problem into a kernel's parameter struct. Every CUDA kernel's parameters name
-// these fields the same way (hidden, out and their element strides, the weights and their row
-// strides, the problem's sizes as int), so the copy is written once here; each strategy adds its
-// own fields (latent output, workspace, tiling) after it.
+// The parameters every CUDA kernel of latentkv shares, and their copy from Args and Problem. Each
+// strategy's parameter struct derives from ActivationParams (hidden, out, the problem's sizes) and,
+// where it reads the weights through plain pointers, WeightParams; it adds its own fields (latent
+// output, workspace, tiling) and copies them after copy_activation_args / copy_weight_args.
 #pragma once
+
+#include <cstdint>
 
 #include "latentkv/latentkv.h"
 
 namespace latentkv::detail {
 
-// hidden [B, S, D] and out [2, B, S, H, Dh] with their strides, and T, S, D, R, Dh, N.
-template <typename T, typename KernelParams>
-void copy_activation_args(const Problem& p, const Args& a, KernelParams& k) {
+// Strides in elements; the innermost dimension of every tensor is contiguous.
+template <typename T>
+struct ActivationParams {
+  const T* hidden;  // [B, S, D], strides (hidden_stride_batch, hidden_stride_seq, 1)
+  int64_t hidden_stride_batch, hidden_stride_seq;
+  T* out;  // [2, B, S, H, Dh]
+  int64_t out_stride_kv, out_stride_batch, out_stride_seq, out_stride_head;
+  int tokens, seq, model_dim, rank, head_dim, kv_width;  // T, S, D, R, Dh, N
+};
+
+template <typename T>
+struct WeightParams {
+  const T* w_down;  // [D, R], row stride w_down_stride
+  int64_t w_down_stride;
+  const T* w_up_k;  // [R, N]
+  const T* w_up_v;  // [R, N]
+  int64_t w_up_k_stride, w_up_v_stride;
+};
+
+template <typename T>
+void copy_activation_args(const Problem& p, const Args& a, ActivationParams<T>& k) {
   k.hidden = static_cast<const T*>(a.hidden);
   k.hidden_stride_batch = a.hidden_stride_batch;
   k.hidden_stride_seq = a.hidden_stride_seq;
@@ -27,15 +47,20 @@ void copy_activation_args(const Problem& p, const Args& a, KernelParams& k) {
   k.kv_width = static_cast<int>(p.kv_width());
 }
 
-// w_down [D, R], w_up_k and w_up_v [R, N], with their row strides.
-template <typename T, typename KernelParams>
-void copy_weight_args(const Args& a, KernelParams& k) {
+template <typename T>
+void copy_weight_args(const Args& a, WeightParams<T>& k) {
   k.w_down = static_cast<const T*>(a.w_down);
   k.w_down_stride = a.w_down_stride_row;
   k.w_up_k = static_cast<const T*>(a.w_up_k);
   k.w_up_v = static_cast<const T*>(a.w_up_v);
   k.w_up_k_stride = a.w_up_k_stride_row;
   k.w_up_v_stride = a.w_up_v_stride_row;
+}
+
+// Element offset of token t = b * S + s in a [B, S, ...] tensor with these strides.
+__host__ __device__ __forceinline__ int64_t token_offset(int token, int seq, int64_t stride_batch,
+                                                         int64_t stride_seq) {
+  return (token / seq) * stride_batch + (token % seq) * stride_seq;
 }
 
 }  // namespace latentkv::detail

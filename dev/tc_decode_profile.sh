@@ -1,22 +1,20 @@
 #!/usr/bin/env bash
-# Where the tensor-core decode's time goes at DeepSeek-V2-Lite T = 1 (bf16): the graph's kernel
-# timeline from nsys (real overlap under PDL) and ncu's warp-state and launch sections per kernel.
+# Where the tensor-core decode kernel's time goes (bf16): ncu's speed-of-light, warp-state and
+# launch sections for one call of each case in CASES ("preset:T ..."). The GPU machine has no nsys.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 [ -x build-gpu/bench/latentkv-bench ] || bash scripts/gpu_check.sh build > "$OUT/check.txt" 2>&1
 B=build-gpu/bench/latentkv-bench
-ARGS="--preset ${PRESET:-deepseek-v2-lite} --tokens ${T:-1} --dtype bfloat16 --strategy cuda-decode"
-if command -v nsys >/dev/null; then
-  nsys profile --cuda-graph-trace=node -o "$OUT/timeline" -f true $B $ARGS --iters 20 >/dev/null 2>&1
-  nsys stats --report cuda_gpu_trace --format csv "$OUT/timeline.nsys-rep" 2>/dev/null \
-    | grep -E "down_latent|up_project" | tail -12 | cut -d, -f1-3,20- > "$OUT/trace.csv"
-  cat "$OUT/trace.csv"
-else
-  echo "no nsys"
-fi
-ncu --clock-control none --kernel-name regex:"down_latent|up_project" --launch-skip 20 --launch-count 2 \
-  --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
-  $B $ARGS --iters 5 > "$OUT/ncu_sections.txt" 2>&1
-grep -E "^  [a-z].*(down_latent|up_project)|Duration|Stall|Warp Cycles Per|Achieved Occ|Registers|Memory Throughput|DRAM Through|Block Limit" "$OUT/ncu_sections.txt" | head -60
+for c in ${CASES:-deepseek-v2-lite:1 deepseek-v2-lite:16 deepseek-v3:1}; do
+  preset=${c%:*}; t=${c#*:}
+  echo "== $preset T=$t"
+  ncu --clock-control none --kernel-name regex:"decode_kernel" --launch-skip 30 --launch-count 1 \
+    --section SpeedOfLight --section LaunchStats \
+    --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+    $B --preset $preset --tokens $t --dtype bfloat16 --strategy cuda-decode --iters 5 \
+    > "$OUT/ncu_${preset}_$t.txt" 2>&1
+  grep -E "Duration|Memory Throughput|DRAM Through|Dynamic Shared|Grid Size" "$OUT/ncu_${preset}_$t.txt" | head -8
+  grep -E "issue_stalled" "$OUT/ncu_${preset}_$t.txt" | awk '$NF+0 > 0.05' | sed -E "s/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//" | sort -k3 -g -r | head -8
+done

@@ -18,8 +18,10 @@ for preset in deepseek-v2-lite deepseek-v3; do
       2>/dev/null | grep -E "^deepseek.* (PASS|FAIL)"
   done
 done | tee "$OUT/compare.txt"
-$B --sweep-mla > "$OUT/sweep.txt" 2>&1
-tail -14 "$OUT/sweep.txt"
+if [ "${SWEEP:-1}" = 1 ]; then
+  $B --sweep-mla > "$OUT/sweep.txt" 2>&1
+  tail -14 "$OUT/sweep.txt"
+fi
 if [ -n "${SANITIZE:-}" ]; then
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 17 $TEST_GPU --gtest_brief=1 \
     --gtest_filter="$SANITIZE" > "$OUT/memcheck.log" 2>&1

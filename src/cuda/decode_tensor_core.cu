@@ -1,28 +1,27 @@
 // The decode strategy for bfloat16 and float16 (Strategy::kCudaDecode on 16-bit dtypes): few
 // tokens (T <= 16) against large weights, as in MLA decoding (DeepSeek-V2-Lite: 6 MB of bf16
-// weights per call, V3: 41 MB). The cost is streaming the weights from HBM once, so every SM gets
-// a share of them through the bulk tensor copy engine (TMA: no registers or threads held while
-// the bytes are in flight), and the multiplications run on tensor cores (mma.sync m16n8k16,
-// float32 accumulation) with the tokens as the M side: one MMA covers 16 tokens, so T = 1 and
-// T = 16 cost the same instructions. Two launches:
-//   1. down_latent   grid (R / 32 column tiles, 8 chunks of D); the 8 chunks of a column tile
-//                    form one thread-block cluster. Each block multiplies the hidden rows of its
-//                    chunk by its (D / 8) x 32 tile of w_down; the 8 partial tiles are summed
-//                    through distributed shared memory, in a fixed order (deterministic), into the
-//                    caller's latent output and into stage 2's A operand in the workspace: the
-//                    float32 latent as a hi + lo pair of 16-bit values (two MMAs, ~16 mantissa
-//                    bits: as good as float32 here, where the unfused baseline rounds the latent
-//                    to the dtype), laid out exactly as stage 2's shared memory wants it.
-//   2. up_project    persistent, one block per SM, launched with programmatic dependent launch
-//                    (PDL): each block walks tiles of 32 or 64 columns of w_up_k, then w_up_v (all
-//                    R rows), with up to 4 tiles in flight; its first tiles are requested before
-//                    it waits for stage 1, the A operand comes in with one bulk copy, and the
-//                    results go straight into the stacked output, any head stride.
-// In both stages a block's 8 warps split the tile's columns 4 ways and its rows (K) 2 ways, and
-// the two halves are summed in shared memory (deterministic). Float32 is not taken here: its
-// decode kernels are in decode_stream.cu (tensor cores would mean TF32).
-// Measured on an H200 (docs/perf-notes.md): V2-Lite 8.7-9.4 us for T = 1..16 against 12.0 for
-// cuBLAS; V3 20.7-23.7 against 19.6-20.4, which is why kAuto takes it for small weights only.
+// weights per call, V3: 41 MB). The cost is streaming the weights from HBM once, and the down
+// projection has to finish over all of D before the up projection can start. One cooperative
+// kernel does both, one block per SM:
+//   t = 0      every block requests its first tiles of w_up_k / w_up_v through the bulk tensor
+//              copy engine (TMA: no registers or threads held while the bytes are in flight), as
+//              many as its shared memory holds, and its share of w_down and hidden (cp.async).
+//   down       block i < items takes an 8-column tile of w_down times one chunk of D (R / 8 tiles
+//              x 1-8 chunks, about 128 items) and stores its partial latent [T][8] (float32) in
+//              the workspace.
+//   barrier    one grid-wide barrier (cooperative launch; ~1 us measured on an H200, against ~4 us
+//              per extra kernel boundary for the two-launch version this replaced).
+//   up         every block sums the partials over the chunks in a fixed order (deterministic, and
+//              every block gets the same latent), keeps it as the MMA's A operand (a hi + lo pair
+//              of 16-bit values: ~16 mantissa bits, as good as float32 here, where the unfused
+//              baseline rounds the latent to the dtype), and walks its column tiles of w_up_k,
+//              then w_up_v (32 or 64 columns, all R rows) gridDim.x apart, refilling each tile's
+//              buffer as soon as it is used; results go straight into the stacked output, any head
+//              stride. Token row t of the caller's latent is written by block t.
+// The multiplications run on tensor cores (mma.sync m16n8k16, float32 accumulation) with the
+// tokens as the M side: T = 1 and T = 16 cost the same instructions; A rows past T read a shared
+// row of zeros. Float32 is not taken here: its decode kernels are in decode_stream.cu (tensor
+// cores would mean TF32). Measured numbers are in docs/perf-notes.md.
 #include <cooperative_groups.h>
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -41,27 +40,29 @@
 #include "backends.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernel_args.h"
-#include "cuda/pdl.h"
 
 namespace latentkv::detail {
 namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kThreads = 256;                 // 8 warps: 4 column tiles x 2 halves of K
-constexpr int kDownCols = 32;                 // stage 1: latent columns per block (64-byte rows)
-constexpr int kMmaCols = 8;                   // columns per warp (the MMA's N)
-constexpr int kKStep = 16;                    // the MMA's K
-constexpr int kRowPad = 8;                    // elements of padding per shared row of A: 8
-                                              // consecutive rows land in 8 bank groups (ldmatrix)
-constexpr int kBoxRows = 64;                  // rows per bulk tensor copy (one 4 KB box)
-constexpr int kRowAlign = 4 * kKStep;  // rows per block: multiple of 64, so each K half is a
-                                       // multiple of the 32 rows one ldmatrix.x4.trans covers
-constexpr int kChunks = 8;             // stage 1: chunks of D per column tile = the cluster size
+constexpr int kThreads = 256;              // 8 warps
+constexpr int kWarps = kThreads / 32;
+constexpr int kMmaCols = 8;                // columns per MMA (its N); also a down item's width
+constexpr int kKStep = 16;                 // the MMA's K
+constexpr int kTokens = 16;                // the MMA's M: the limit on T
+constexpr int kRowPad = 8;                 // elements of padding per shared row of an A operand:
+                                           // 8 consecutive rows land in 8 bank groups (ldmatrix)
+constexpr int kBoxRows = 64;               // rows per bulk tensor copy (one box)
+constexpr int kUpRowAlign = 4 * kKStep;    // up: R rounded to this, so each K half of a tile is a
+                                           // multiple of the 32 rows one ldmatrix.x4.trans covers
+constexpr int kDownRowAlign = kWarps * 2 * kKStep;  // down: a chunk's rows, 32 per warp step
+constexpr int kTargetDownItems = 128;      // down: (8-column tiles) x (chunks of D), about one per
+                                           // SM of an H100/H200
+constexpr int kMaxChunks = 8;              // down: chunks of D at most (partials to sum per block)
 constexpr int kSumPad = 4;                 // floats of padding per row of a block's result
-constexpr int kTokens = 16;                // the MMA's M: tokens per pass, and the limit on T
-constexpr int kMaxUpStages = 4;            // stage 2: weight tiles in flight per block, at most
-constexpr int kNarrowUpCols = 32;          // stage 2's tile widths (columns of w_up_k / w_up_v)
+constexpr int kMaxUpStages = 4;            // up: weight tiles in flight per block, at most
+constexpr int kNarrowUpCols = 32;          // up: tile widths (columns of w_up_k / w_up_v)
 constexpr int kWideUpCols = 64;
 constexpr int kWideTilesPerSm = 2;         // the wide tiles from this many tiles per SM on
 
@@ -128,17 +129,18 @@ __device__ __forceinline__ void mma<__half>(float (&d)[4], const uint32_t (&a)[4
 
 template <typename E>
 struct Params : ActivationParams<E> {
-  CUtensorMap w_down_map;   // w_down [D][R] in 64 x 32 boxes
-  CUtensorMap w_up_map[2];  // w_up_k, w_up_v [R][N] in 64 x (stage 2's tile width) boxes
-  E* latent_out;  // [B, S, R] or null
+  CUtensorMap w_up_map[2];  // w_up_k, w_up_v [R][N] in 64 x (tile width) boxes
+  const E* w_down;          // [D][R], row stride w_down_stride (16-byte rows)
+  int64_t w_down_stride;
+  E* latent_out;            // [B, S, R] or null
   int64_t latent_stride_batch, latent_stride_seq;
-  // Workspace: stage 2's A operand exactly as it sits in its shared memory, [2][16][a_stride]
-  // (the latent rounded to E, then the rounding's remainder), zeros past T and R.
-  E* latent_operand;
-  int chunk_rows;   // stage 1: rows of w_down per block (multiple of kRowAlign)
-  int rank_rows;    // R rounded up to kRowAlign: stage 2's rows, stage 1's columns
-  int up_stages;    // stage 2: weight tiles in flight per block
-  bool hidden_vectors;  // hidden rows may be copied 16 bytes at a time
+  float* partials;          // workspace [chunks][T][R]: the down items' partial latents
+  int chunk_rows;           // down: rows of D per chunk (multiple of kDownRowAlign)
+  int down_col_tiles;       // down: R / 8
+  int down_items;           // down: down_col_tiles x chunks
+  int rank_rows;            // up: R rounded up to kUpRowAlign (the weight tiles' rows)
+  int up_stages;            // up: weight tiles in flight per block
+  bool hidden_vectors;      // hidden rows may be copied 16 bytes at a time
 };
 
 // The weight tiles come through the bulk tensor copy engine (TMA) in 64-row boxes, completing on
@@ -183,17 +185,6 @@ __device__ __forceinline__ void copy_weight_tile(E* w, const CUtensorMap* map, i
   }
 }
 
-// `bytes` (a multiple of 16) of contiguous global memory into shared memory; one thread calls it.
-__device__ __forceinline__ void copy_bytes(void* dst, const void* src, uint32_t bytes,
-                                           uint64_t* bar) {
-  expect_bytes(bar, bytes);
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(shared_address(dst)),
-      "l"(src), "r"(bytes), "r"(shared_address(bar))
-      : "memory");
-}
-
 // Weight tiles [rows][kCols] sit in shared memory as the copy engine's swizzle leaves them (64-
 // or 128-byte mode for 32- or 64-column rows): 16-byte chunk c of row r is stored at chunk
 // c ^ f(r), so the 8 rows one ldmatrix phase reads fall in 8 different bank groups instead of all
@@ -214,14 +205,29 @@ struct WarpLayout {
   static_assert(kNTiles * kMmaCols * kGroups == kCols, "32 or 64 columns");
 };
 
+// The A operand (tokens x K, 16-bit, row-major in shared memory) as one lane of ldmatrix sees
+// it: lane l reads row l % 16 from column (l / 16) * 8 of each 16-wide k-step; rows at or past T
+// read 8 zeros instead, at every k, so only T rows need to be in shared memory.
+template <typename E>
+struct OperandLane {
+  const E* base;
+  int step;  // 1, or 0 on the zero row
+  __device__ OperandLane(const E* a, int stride, int tokens, const E* zeros, int lane) {
+    const int row = lane % 16;
+    base = row < tokens ? a + row * stride + (lane / 16) * 8 : zeros;
+    step = row < tokens ? 1 : 0;
+  }
+  __device__ const E* at(int k) const { return base + step * k; }
+};
+
 // acc[j] += A[0 .. 16)[k0 .. k1) @ w[k0 .. k1)[col + 8 j .. col + 8 j + 8) for the warp's kNTiles
-// MMA tiles, summed over the kParts row-major A operands a[] (shared, row stride a_stride); w is
-// a swizzled [rows][kCols] tile. The two k-steps of each pass and the kParts operands accumulate
-// in separate registers, so consecutive MMAs do not wait on each other.
+// MMA tiles, summed over the kParts A operands; w is a swizzled [rows][kCols] tile. The two
+// k-steps of each pass and the kParts operands accumulate in separate registers, so consecutive
+// MMAs do not wait on each other.
 template <int kCols, int kParts, typename E>
 __device__ __forceinline__ void warp_mma(float (&acc)[WarpLayout<kCols>::kNTiles][4],
-                                         const E* const (&a)[kParts], int a_stride, const E* w,
-                                         int col, int k0, int k1, int lane) {
+                                         const OperandLane<E> (&a)[kParts], const E* w, int col,
+                                         int k0, int k1, int lane) {
   constexpr int kNTiles = WarpLayout<kCols>::kNTiles;
   float chain[2][kParts][kNTiles][4] = {};
   for (int k = k0; k < k1; k += 2 * kKStep) {
@@ -235,7 +241,7 @@ __device__ __forceinline__ void warp_mma(float (&acc)[WarpLayout<kCols>::kNTiles
 #pragma unroll
       for (int part = 0; part < kParts; ++part) {
         uint32_t frag[4];
-        load_matrices(frag, a[part] + (lane % 16) * a_stride + k + h * kKStep + (lane / 16) * 8);
+        load_matrices(frag, a[part].at(k + h * kKStep));
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) {
           mma<E>(chain[h][part][j], frag, b[j][2 * h], b[j][2 * h + 1]);
@@ -289,127 +295,189 @@ __device__ __forceinline__ void collect_tile(const float (&acc)[WarpLayout<kCols
   __syncthreads();
 }
 
-// Shared-memory plans, in elements of E, then floats, then barriers; every region 16-byte aligned.
-struct DownSmem {
-  int rows;
-  __host__ __device__ int x_stride() const { return rows + kRowPad; }
-  __host__ __device__ int weight_elems() const { return rows * kDownCols; }
-  __host__ __device__ int x_elems() const { return kTokens * x_stride(); }
-  __host__ __device__ size_t bytes(size_t elem) const {
-    return elem * (weight_elems() + x_elems()) +
-           sizeof(float) * kTokens * (kDownCols + kSumPad) + sizeof(uint64_t);
-  }
+// The down projection's split: R / 8 column tiles times chunks of D, about kTargetDownItems
+// items, at most kMaxChunks chunks (every block sums chunks x T x R partials after the barrier).
+__host__ __device__ constexpr int larger(int a, int b) { return a > b ? a : b; }
+
+struct DownPlan {
+  int col_tiles, chunks, chunk_rows;
+  __host__ __device__ int items() const { return col_tiles * chunks; }
 };
-struct UpSmem {
-  int rows, cols, stages;
-  __host__ __device__ int a_stride() const { return rows + kRowPad; }
-  __host__ __device__ int a_elems() const { return 2 * kTokens * a_stride(); }  // hi and lo
-  __host__ __device__ int weight_elems() const { return rows * cols; }  // per stage
-  __host__ __device__ size_t bytes(size_t elem) const {
-    return elem * (a_elems() + stages * weight_elems()) +
-           sizeof(float) * kTokens * (cols + kSumPad) + sizeof(uint64_t) * (stages + 1);
+
+// Shared memory, in 16-bit elements, then floats, then barriers; every region 16-byte aligned
+// and the weight tiles first (1024-byte aligned, for the swizzle). The down step's w_down tile
+// and hidden rows and the up step's A operand and staged partials are never live together, so
+// they share one region.
+struct Smem {
+  int up_rows, cols, stages, tokens, chunk_rows, chunks, rank;
+  __host__ __device__ int a_stride() const { return up_rows + kRowPad; }
+  __host__ __device__ int x_stride() const { return chunk_rows + kRowPad; }
+  __host__ __device__ int stage_elems() const { return up_rows * cols; }
+  __host__ __device__ int down_tile_elems() const { return chunk_rows * kMmaCols; }
+  __host__ __device__ int a_elems() const { return 2 * tokens * a_stride(); }  // hi and lo
+  __host__ __device__ int staged_floats() const { return chunks * tokens * rank; }
+  __host__ __device__ int shared_elems() const {
+    const int down = down_tile_elems() + tokens * x_stride();  // w_down tile, hidden rows
+    const int up = a_elems() + 2 * staged_floats();            // A operand, partials
+    return (larger(down, up) + 7) / 8 * 8;
+  }
+  __host__ __device__ int sum_floats() const {
+    return larger(kWarps * kTokens * kMmaCols, kTokens * (cols + kSumPad));
+  }
+  __host__ __device__ size_t bytes() const {
+    return 2 * (stages * stage_elems() + shared_elems() + kMmaCols) +  // + the zero row
+           sizeof(float) * sum_floats() + sizeof(uint64_t) * stages;
   }
 };
 
-// Stage 1. Block (column tile x, chunk y): latent[:, 32 x ..] partial over rows y * chunk_rows ..
+// Down item (column tile c, chunk q): partials[q][t][8 c .. 8 c + 8) = hidden[t][chunk q] @
+// w_down[chunk q][8 c .. 8 c + 8). request_down_item starts the copies of its w_down rows (16 bytes
+// each) and hidden rows, zeros past D; finish_down_item waits for them, the 8 warps split the
+// chunk's rows, and their [16][8] results are summed in shared memory in warp order
+// (deterministic).
 template <typename E>
-__global__ void __cluster_dims__(1, kChunks, 1) __launch_bounds__(kThreads)
-    down_latent(const __grid_constant__ Params<E> p) {
-  extern __shared__ __align__(1024) unsigned char smem[];  // swizzled tiles first
-  const DownSmem plan{p.chunk_rows};
-  E* w = reinterpret_cast<E*>(smem);                            // [rows][kDownCols]
-  E* x = w + plan.weight_elems();                               // [kTokens][x_stride]
-  float* sum = reinterpret_cast<float*>(x + plan.x_elems());    // [kTokens][kDownCols + pad]
-  uint64_t* bar = reinterpret_cast<uint64_t*>(sum + kTokens * (kDownCols + kSumPad));
-
-  const int rows = p.chunk_rows, x_stride = plan.x_stride();
-  const int col0 = blockIdx.x * kDownCols, d0 = blockIdx.y * rows;
-  if (threadIdx.x == 0) {
-    init_barrier(bar);
-    publish_barrier_init();
-    copy_weight_tile<kDownCols>(w, &p.w_down_map, d0, rows, col0, bar);
+__device__ __forceinline__ void request_down_item(const Params<E>& p, const Smem& plan, int item,
+                                                  E* w_tile, E* x) {
+  const int col0 = (item % p.down_col_tiles) * kMmaCols;
+  const int d0 = (item / p.down_col_tiles) * plan.chunk_rows, x_stride = plan.x_stride();
+  for (int i = threadIdx.x; i < plan.chunk_rows; i += kThreads) {
+    const int d = d0 + i;
+    const bool valid = d < p.model_dim;
+    copy16_async(w_tile + i * kMmaCols,
+                 valid ? p.w_down + static_cast<int64_t>(d) * p.w_down_stride + col0 : p.w_down,
+                 valid);
   }
-  // The chunk's hidden rows; zeros past T and D.
   if (p.hidden_vectors) {
-    const int vectors = rows / 8;
-    for (int i = threadIdx.x; i < kTokens * vectors; i += kThreads) {
+    const int vectors = plan.chunk_rows / 8;
+    for (int i = threadIdx.x; i < p.tokens * vectors; i += kThreads) {
       const int t = i / vectors, d = d0 + (i % vectors) * 8;
-      const bool valid = t < p.tokens && d < p.model_dim;
-      const E* src = valid ? p.hidden + token_offset(t, p.seq, p.hidden_stride_batch,
-                                                     p.hidden_stride_seq) + d
-                           : p.hidden;
-      copy16_async(x + t * x_stride + d - d0, src, valid);
+      const bool valid = d < p.model_dim;
+      copy16_async(x + t * x_stride + d - d0,
+                   valid ? p.hidden + token_offset(t, p.seq, p.hidden_stride_batch,
+                                                   p.hidden_stride_seq) + d
+                         : p.hidden,
+                   valid);
     }
   } else {
-    for (int i = threadIdx.x; i < kTokens * rows; i += kThreads) {
-      const int t = i / rows, d = d0 + i % rows;
+    for (int i = threadIdx.x; i < p.tokens * plan.chunk_rows; i += kThreads) {
+      const int t = i / plan.chunk_rows, d = d0 + i % plan.chunk_rows;
       x[t * x_stride + d - d0] =
-          t < p.tokens && d < p.model_dim
+          d < p.model_dim
               ? p.hidden[token_offset(t, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) + d]
               : from_float<E>(0.f);
     }
   }
-  wait_async_copies();
-  __syncthreads();  // also publishes the barrier's initialization
-  wait_barrier(bar, 0);
-
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int half = rows / 2, k0 = (warp / 4) * half;
-  float acc[WarpLayout<kDownCols>::kNTiles][4] = {};
-  const E* const a[1] = {x};
-  warp_mma<kDownCols, 1>(acc, a, x_stride, w, (warp % 4) * (kDownCols / 4), k0, k0 + half, lane);
-  collect_tile<kDownCols>(acc, sum, warp, lane);
-
-  // The cluster's 8 chunk sums, read from each block's shared memory in rank order; block q of
-  // the cluster finishes 1/8 of the tile: stage 2's operand (every row, zeros included) and the
-  // caller's latent output.
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  constexpr int kShare = kTokens * kDownCols / kChunks;
-  const int q = static_cast<int>(cluster.block_rank());
-  const int a_stride = p.rank_rows + kRowPad;
-  for (int i = threadIdx.x; i < kShare; i += kThreads) {
-    const int e = q * kShare + i, t = e / kDownCols, r = col0 + e % kDownCols;
-    float total = 0.f;
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      total += cluster.map_shared_rank(sum, c)[t * (kDownCols + kSumPad) + e % kDownCols];
-    }
-    const E hi = from_float<E>(total);
-    p.latent_operand[t * a_stride + r] = hi;
-    p.latent_operand[(kTokens + t) * a_stride + r] = from_float<E>(total - to_float(hi));
-    if (p.latent_out != nullptr && t < p.tokens && r < p.rank) {
-      p.latent_out[token_offset(t, p.seq, p.latent_stride_batch, p.latent_stride_seq) + r] = hi;
-    }
-  }
-  allow_dependents();  // stage 2 may launch now (earlier only slowed this stage down: measured)
-  cluster.sync();      // no block leaves while another still reads its shared memory
 }
 
-// Stage 2. Persistent blocks walk the column tiles (kCols columns of w_up_k, then of w_up_v, all
-// R rows) gridDim.x apart, with up_stages tiles in flight: the first ones are requested before the
-// wait for stage 1, each next one as soon as its stage is free.
-template <typename E, int kCols>
-__global__ void __launch_bounds__(kThreads, 1) up_project(const __grid_constant__ Params<E> p) {
-  extern __shared__ __align__(1024) unsigned char smem[];  // swizzled tiles first
-  const UpSmem plan{p.rank_rows, kCols, p.up_stages};
-  E* w = reinterpret_cast<E*>(smem);                            // [stages][rows][kCols]
-  E* a_hi = w + plan.stages * plan.weight_elems();              // [kTokens][a_stride]
-  E* a_lo = a_hi + kTokens * plan.a_stride();                   // [kTokens][a_stride]
-  float* sum = reinterpret_cast<float*>(a_hi + plan.a_elems());
-  uint64_t* a_bar = reinterpret_cast<uint64_t*>(sum + kTokens * (kCols + kSumPad));
-  uint64_t* w_bar = a_bar + 1;                                  // [stages]
+template <typename E>
+__device__ __forceinline__ void finish_down_item(const Params<E>& p, const Smem& plan, int item,
+                                                 const E* w_tile, const E* x, float* sum,
+                                                 const E* zeros) {
+  wait_async_copies();
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int rows = plan.chunk_rows / kWarps, k0 = warp * rows;
+  const OperandLane<E> a(x, plan.x_stride(), p.tokens, zeros, lane);
+  float chain[2][4] = {};
+  for (int k = k0; k < k0 + rows; k += 2 * kKStep) {
+    uint32_t b[4];  // k-steps k and k + 16 of the 8 columns
+    load_matrices_transposed(b, w_tile + (k + lane) * kMmaCols);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t frag[4];
+      load_matrices(frag, a.at(k + h * kKStep));
+      mma<E>(chain[h], frag, b[2 * h], b[2 * h + 1]);
+    }
+  }
+  // Accumulator i of a lane: row lane / 4 + 8 (i / 2), column 2 (lane % 4) + i % 2.
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    sum[(warp * kTokens + lane / 4 + 8 * (i / 2)) * kMmaCols + 2 * (lane % 4) + i % 2] =
+        chain[0][i] + chain[1][i];
+  }
+  __syncthreads();
+  if (threadIdx.x < p.tokens * kMmaCols) {
+    const int t = threadIdx.x / kMmaCols, j = threadIdx.x % kMmaCols;
+    const int q = item / p.down_col_tiles, col = (item % p.down_col_tiles) * kMmaCols + j;
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += sum[(w * kTokens + t) * kMmaCols + j];
+    p.partials[(static_cast<int64_t>(q) * p.tokens + t) * p.rank + col] = total;
+  }
+  __syncthreads();  // the tiles and sum are reused by the next item
+}
 
-  const int rows = p.rank_rows, a_stride = plan.a_stride();
+// The latent [T][R]: the chunks' partials, staged in shared memory by one sweep of copies (one
+// L2 round trip whatever T), summed in chunk order into the up step's A operand: a_hi = the
+// latent rounded to E, a_lo = the rounding's remainder; zeros in the columns past R (the weight
+// tiles' zero rows meet them). The caller's latent gets a_hi.
+template <typename E>
+__device__ __forceinline__ void gather_latent(const Params<E>& p, const Smem& plan, E* a_hi,
+                                              E* a_lo, float* staged) {
+  for (int i = threadIdx.x; i < plan.staged_floats() / 4; i += kThreads) {
+    copy16_async(staged + 4 * i, p.partials + 4 * i, true);  // L2, not L1: written by other SMs
+  }
+  wait_async_copies();
+  __syncthreads();
+  // Eight columns per thread and step (R % 8 == 0: all of them or none past R); token row t of
+  // the caller's latent is written by block t % gridDim.x, spreading that work over the blocks.
+  const int a_stride = plan.a_stride(), octets = plan.up_rows / 8;
+  for (int i = threadIdx.x; i < p.tokens * octets; i += kThreads) {
+    const int t = i / octets, r = (i % octets) * 8;
+    float total[8] = {};
+    if (r < p.rank) {
+      for (int q = 0; q < plan.chunks; ++q) {
+        const float4* src = reinterpret_cast<const float4*>(staged + (q * p.tokens + t) * p.rank + r);
+        const float4 lo4 = src[0], hi4 = src[1];
+        const float v[8] = {lo4.x, lo4.y, lo4.z, lo4.w, hi4.x, hi4.y, hi4.z, hi4.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) total[e] += v[e];
+      }
+    }
+    alignas(16) E hi[8], lo[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      hi[e] = from_float<E>(total[e]);
+      lo[e] = from_float<E>(total[e] - to_float(hi[e]));
+    }
+    *reinterpret_cast<uint4*>(a_hi + t * a_stride + r) = *reinterpret_cast<const uint4*>(hi);
+    *reinterpret_cast<uint4*>(a_lo + t * a_stride + r) = *reinterpret_cast<const uint4*>(lo);
+    if (p.latent_out != nullptr && t % gridDim.x == blockIdx.x && r < p.rank) {
+      E* row = p.latent_out + token_offset(t, p.seq, p.latent_stride_batch, p.latent_stride_seq);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) row[r + e] = hi[e];
+    }
+  }
+}
+
+template <typename E, int kCols>
+__global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_constant__ Params<E> p) {
+  extern __shared__ __align__(1024) unsigned char smem[];  // swizzled tiles first
+  static_assert(sizeof(E) == 2, "16-bit elements (the shared-memory plan counts in them)");
+  const int chunks = p.down_items / p.down_col_tiles;
+  const Smem plan{p.rank_rows, kCols, p.up_stages, p.tokens, p.chunk_rows, chunks, p.rank};
+  E* w_up = reinterpret_cast<E*>(smem);                       // [stages][rank_rows][kCols]
+  E* shared = w_up + plan.stages * plan.stage_elems();
+  E* w_tile = shared;                                         // down: [chunk_rows][8]
+  E* x = shared + plan.down_tile_elems();                     // down: [T][x_stride]
+  E* a_hi = shared;                                           // up: [T][a_stride]
+  E* a_lo = shared + p.tokens * plan.a_stride();              // up: [T][a_stride]
+  float* staged = reinterpret_cast<float*>(shared + plan.a_elems());  // up: [chunks][T][R]
+  E* zeros = shared + plan.shared_elems();                    // [8]
+  float* sum = reinterpret_cast<float*>(zeros + kMmaCols);
+  uint64_t* w_bar = reinterpret_cast<uint64_t*>(sum + plan.sum_floats());  // [stages]
+
+  const int rows = p.rank_rows;
   const int tiles_per_half = (p.kv_width + kCols - 1) / kCols;
   const int tiles = 2 * tiles_per_half;
   auto request = [&](int tile, int stage) {
     const int kv = tile / tiles_per_half, col0 = (tile % tiles_per_half) * kCols;
-    copy_weight_tile<kCols>(w + stage * plan.weight_elems(), &p.w_up_map[kv], 0, rows, col0,
+    copy_weight_tile<kCols>(w_up + stage * plan.stage_elems(), &p.w_up_map[kv], 0, rows, col0,
                             w_bar + stage);
   };
+  // w_down and hidden first: the barrier waits on them, the up tiles are needed after it.
+  if (blockIdx.x < p.down_items) request_down_item(p, plan, blockIdx.x, w_tile, x);
   if (threadIdx.x == 0) {
-    init_barrier(a_bar);
     for (int s = 0; s < plan.stages; ++s) init_barrier(w_bar + s);
     publish_barrier_init();
     for (int s = 0; s < plan.stages; ++s) {
@@ -417,23 +485,28 @@ __global__ void __launch_bounds__(kThreads, 1) up_project(const __grid_constant_
       if (tile < tiles) request(tile, s);
     }
   }
-  wait_for_previous_stage();
-  if (threadIdx.x == 0) {
-    asm volatile("fence.proxy.async.global;\n" ::: "memory");  // stage 1 wrote it with stores
-    copy_bytes(a_hi, p.latent_operand, static_cast<uint32_t>(plan.a_elems() * sizeof(E)), a_bar);
+  if (threadIdx.x < kMmaCols) zeros[threadIdx.x] = from_float<E>(0.f);
+  // The barriers' initialization and the zero row are published by the first __syncthreads of
+  // finish_down_item, or by the grid barrier in a block without a down item.
+
+  for (int item = blockIdx.x; item < p.down_items; item += gridDim.x) {
+    if (item != blockIdx.x) request_down_item(p, plan, item, w_tile, x);
+    finish_down_item(p, plan, item, w_tile, x, sum, zeros);
   }
-  __syncthreads();  // publishes the barriers' initialization
-  wait_barrier(a_bar, 0);
+  cg::this_grid().sync();  // every partial is written and visible
+  gather_latent(p, plan, a_hi, a_lo, staged);
+  __syncthreads();
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int half = rows / 2, k0 = (warp / 4) * half;
-  const E* const a[2] = {a_hi, a_lo};
+  const OperandLane<E> a[2] = {OperandLane<E>(a_hi, plan.a_stride(), p.tokens, zeros, lane),
+                               OperandLane<E>(a_lo, plan.a_stride(), p.tokens, zeros, lane)};
   for (int i = 0, tile = blockIdx.x; tile < tiles; ++i, tile += gridDim.x) {
     const int stage = i % plan.stages;
     wait_barrier(w_bar + stage, (i / plan.stages) & 1);
     float acc[WarpLayout<kCols>::kNTiles][4] = {};
-    warp_mma<kCols, 2>(acc, a, a_stride, w + stage * plan.weight_elems(), (warp % 4) * (kCols / 4),
-                       k0, k0 + half, lane);
+    warp_mma<kCols, 2>(acc, a, w_up + stage * plan.stage_elems(), (warp % 4) * (kCols / 4), k0,
+                       k0 + half, lane);
     collect_tile<kCols>(acc, sum, warp, lane);  // every warp is done with the stage after this
     const int next = tile + plan.stages * gridDim.x;
     if (threadIdx.x == 0 && next < tiles) request(next, stage);
@@ -451,13 +524,24 @@ __global__ void __launch_bounds__(kThreads, 1) up_project(const __grid_constant_
 }
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
 
-int rank_rows(const Problem& p) { return static_cast<int>(round_up(p.rank, kRowAlign)); }
-DownSmem down_smem(const Problem& p) {
-  return {static_cast<int>(round_up((p.model_dim + kChunks - 1) / kChunks, kRowAlign))};
+int rank_rows(const Problem& p) { return static_cast<int>(round_up(p.rank, kUpRowAlign)); }
+DownPlan down_plan(const Problem& p) {
+  DownPlan d;
+  d.col_tiles = static_cast<int>(p.rank / kMmaCols);
+  const int64_t want = std::clamp<int64_t>(kTargetDownItems / d.col_tiles, 1, kMaxChunks);
+  d.chunk_rows = static_cast<int>(round_up(ceil_div(p.model_dim, want), kDownRowAlign));
+  d.chunks = static_cast<int>(ceil_div(p.model_dim, d.chunk_rows));
+  return d;
 }
 int up_tiles(const Problem& p, int cols) {
-  return static_cast<int>(2 * ((p.kv_width() + cols - 1) / cols));
+  return static_cast<int>(2 * ceil_div(p.kv_width(), cols));
+}
+Smem smem_plan(const Problem& p, int cols, int stages) {
+  const DownPlan down = down_plan(p);
+  return {rank_rows(p), cols, stages, static_cast<int>(p.tokens()), down.chunk_rows, down.chunks,
+          static_cast<int>(p.rank)};
 }
 
 // Per device, read once (run() is on the hot path): SMs and the opt-in shared-memory limit
@@ -470,14 +554,10 @@ struct DeviceFacts {
 
 template <typename E>
 cudaError_t opt_in(int bytes) {
-  cudaError_t err = cudaFuncSetAttribute(down_latent<E>,
+  cudaError_t err = cudaFuncSetAttribute(decode_kernel<E, kNarrowUpCols>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err == cudaSuccess) {
-    err = cudaFuncSetAttribute(up_project<E, kNarrowUpCols>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  }
   if (err != cudaSuccess) return err;
-  return cudaFuncSetAttribute(up_project<E, kWideUpCols>,
+  return cudaFuncSetAttribute(decode_kernel<E, kWideUpCols>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
@@ -489,14 +569,21 @@ Status current_device_facts(const DeviceFacts** out) {
   std::call_once(once[device], [device] {
     const RelaxedCaptureScope relaxed;
     DeviceFacts& f = facts[device];
-    int optin = 0;
+    int optin = 0, cooperative = 0;
     cudaError_t err = cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount, device);
     if (err == cudaSuccess) {
       err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     }
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device);
+    }
     if (err == cudaSuccess) err = opt_in<__nv_bfloat16>(optin);
     if (err == cudaSuccess) err = opt_in<__half>(optin);
     f.status = cuda_status(err, "cuda-decode: device attributes and shared-memory opt-in");
+    if (f.status.ok() && cooperative == 0) {
+      f.status = {StatusCode::kUnsupported,
+                  "cuda-decode: the device does not support cooperative launches"};
+    }
     f.smem_optin = static_cast<size_t>(optin);
   });
   *out = &facts[device];
@@ -559,70 +646,68 @@ template <typename E, int kUpCols>
 Status launch(const Problem& p, const Args& a, Stream stream, const DeviceFacts& facts) {
   Params<E> k;
   copy_activation_args<E>(p, a, k);
+  k.w_down = static_cast<const E*>(a.w_down);
+  k.w_down_stride = a.w_down_stride_row;
   k.latent_out = static_cast<E*>(a.latent);
   k.latent_stride_batch = a.latent_stride_batch;
   k.latent_stride_seq = a.latent_stride_seq;
-  k.latent_operand = static_cast<E*>(a.workspace);
-  const DownSmem down = down_smem(p);
-  k.chunk_rows = down.rows;
+  k.partials = static_cast<float*>(a.workspace);
+  const DownPlan down = down_plan(p);
+  k.chunk_rows = down.chunk_rows;
+  k.down_col_tiles = down.col_tiles;
+  k.down_items = down.items();
   k.rank_rows = rank_rows(p);
   k.hidden_vectors = aligned(a.hidden, 16) && a.hidden_stride_batch % 8 == 0 &&
                      a.hidden_stride_seq % 8 == 0 && p.model_dim % 8 == 0;
 
   TensorMapEncoder encode = nullptr;
   if (Status found = tensor_map_encoder(&encode); !found.ok()) return found;
-  const Status mapped[] = {
-      encode_weight_map<E>(&k.w_down_map, encode, a.w_down, p.model_dim, p.rank,
-                           a.w_down_stride_row, kDownCols),
-      encode_weight_map<E>(&k.w_up_map[0], encode, a.w_up_k, p.rank, p.kv_width(),
-                           a.w_up_k_stride_row, kUpCols),
-      encode_weight_map<E>(&k.w_up_map[1], encode, a.w_up_v, p.rank, p.kv_width(),
-                           a.w_up_v_stride_row, kUpCols)};
+  const Status mapped[] = {encode_weight_map<E>(&k.w_up_map[0], encode, a.w_up_k, p.rank,
+                                                p.kv_width(), a.w_up_k_stride_row, kUpCols),
+                           encode_weight_map<E>(&k.w_up_map[1], encode, a.w_up_v, p.rank,
+                                                p.kv_width(), a.w_up_v_stride_row, kUpCols)};
   for (const Status& m : mapped) {
     if (!m.ok()) return m;
   }
 
-  // Stage 2: one persistent block per SM (or per tile, when fewer), as many tiles in flight as
-  // its shared memory holds (up to kMaxUpStages) and it has tiles to walk.
+  // One block per SM (fewer when there is less work): every block must be resident at once for
+  // the grid-wide barrier, which the cooperative launch checks. Each walks its up tiles with as
+  // many in flight as its shared memory holds (up to kMaxUpStages).
   const int tiles = up_tiles(p, kUpCols);
-  const int up_grid = std::min(tiles, facts.sm_count);
-  UpSmem up{k.rank_rows, kUpCols, std::min(kMaxUpStages, (tiles + up_grid - 1) / up_grid)};
-  while (up.stages > 1 && up.bytes(sizeof(E)) > facts.smem_optin) --up.stages;
-  k.up_stages = up.stages;
-  const size_t down_bytes = down.bytes(sizeof(E)), up_bytes = up.bytes(sizeof(E));
-  if (down_bytes > facts.smem_optin || up_bytes > facts.smem_optin) {
-    return {StatusCode::kUnsupported,
-            "cuda-decode: needs " + std::to_string(std::max(down_bytes, up_bytes)) +
-                " bytes of shared memory per block; the device allows " +
-                std::to_string(facts.smem_optin)};
+  const int grid = std::min(facts.sm_count, std::max(down.items(), tiles));
+  Smem plan = smem_plan(p, kUpCols, std::min<int>(kMaxUpStages, ceil_div(tiles, grid)));
+  while (plan.stages > 1 && plan.bytes() > facts.smem_optin) --plan.stages;
+  k.up_stages = plan.stages;
+  const size_t bytes = plan.bytes();
+  if (bytes > facts.smem_optin) {
+    return {StatusCode::kUnsupported, "cuda-decode: needs " + std::to_string(bytes) +
+                                          " bytes of shared memory per block; the device allows " +
+                                          std::to_string(facts.smem_optin)};
   }
 
-  const dim3 down_grid(static_cast<unsigned>(k.rank_rows / kDownCols), kChunks);
-  down_latent<E><<<down_grid, kThreads, down_bytes, stream>>>(k);
-  LATENTKV_CUDA_RETURN(cudaGetLastError());
-
-  cudaLaunchAttribute pdl[1];
-  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute cooperative[1];
+  cooperative[0].id = cudaLaunchAttributeCooperative;
+  cooperative[0].val.cooperative = 1;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(up_grid));
+  config.gridDim = dim3(static_cast<unsigned>(grid));
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = up_bytes;
+  config.dynamicSmemBytes = bytes;
   config.stream = stream;
-  config.attrs = pdl;
+  config.attrs = cooperative;
   config.numAttrs = 1;
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, up_project<E, kUpCols>, k));
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, decode_kernel<E, kUpCols>, k));
   return Status::Ok();
 }
 
-// Stage 2's tile width: 64 columns (128-byte weight rows, no split of R) once there are enough
-// tiles for several per SM (DeepSeek-V3: 512); 32 columns otherwise (V2-Lite: 128 tiles, one per
-// SM).
+// The up tiles' width: 64 columns (128-byte weight rows) once there are enough tiles for several
+// per SM (DeepSeek-V3: 512) and one fits beside the down step's share; 32 columns otherwise
+// (V2-Lite: 128 tiles, one per SM).
 template <typename E>
 Status launch_for_width(const Problem& p, const Args& a, Stream stream) {
   const DeviceFacts* facts = nullptr;
   if (Status queried = current_device_facts(&facts); !queried.ok()) return queried;
-  if (up_tiles(p, kWideUpCols) >= kWideTilesPerSm * facts->sm_count) {
+  if (up_tiles(p, kWideUpCols) >= kWideTilesPerSm * facts->sm_count &&
+      smem_plan(p, kWideUpCols, 1).bytes() <= facts->smem_optin) {
     return launch<E, kWideUpCols>(p, a, stream, *facts);
   }
   return launch<E, kNarrowUpCols>(p, a, stream, *facts);
@@ -634,9 +719,10 @@ Status refuse(const std::string& why) {
 
 }  // namespace
 
+// The down items' partial latents, [chunks][T][R] float32.
 int64_t cuda_decode_tc_workspace_size(const Problem& p) {
-  if (p.tokens() > kTokens || p.dtype == DType::kFloat32) return 0;
-  return element_size(p.dtype) * 2 * kTokens * (rank_rows(p) + kRowPad);
+  if (p.tokens() > kTokens || p.dtype == DType::kFloat32 || p.rank % kMmaCols != 0) return 0;
+  return static_cast<int64_t>(sizeof(float)) * down_plan(p).chunks * p.tokens() * p.rank;
 }
 
 Status cuda_decode_tc_fits(const Problem& p) {
@@ -653,22 +739,17 @@ Status cuda_decode_tc_fits(const Problem& p) {
                   " and heads * head_dim = " + std::to_string(p.kv_width()) +
                   " to be multiples of 8 (16-byte weight rows)");
   }
-  const size_t down = down_smem(p).bytes(2), up = UpSmem{rank_rows(p), kWideUpCols, 1}.bytes(2);
-  if (down > kHopperSmemBytes || up > kHopperSmemBytes) {
-    return refuse("problem.model_dim = " + std::to_string(p.model_dim) + " and rank = " +
-                  std::to_string(p.rank) + " need " + std::to_string(std::max(down, up)) +
-                  " bytes of shared memory per block, over the " +
+  const size_t bytes = smem_plan(p, kNarrowUpCols, 1).bytes();
+  if (bytes > kHopperSmemBytes) {
+    return refuse("problem.model_dim = " + std::to_string(p.model_dim) + ", rank = " +
+                  std::to_string(p.rank) + " and tokens = " + std::to_string(p.tokens()) +
+                  " need " + std::to_string(bytes) + " bytes of shared memory per block, over the " +
                   std::to_string(kHopperSmemBytes) + " available");
   }
   return Status::Ok();
 }
 
-// Measured on an H200, bf16, against cuda-gemm (docs/perf-notes.md, 2026-11-29): DeepSeek-V2-Lite
-// (6.3 MB of weights) 8.7 / 8.8 / 8.8 / 9.0 / 9.4 us for T = 1 / 2 / 4 / 8 / 16 against
-// 11.9-12.1; DeepSeek-V3 (41 MB) 20.7 / 20.7 / 20.9 / 21.8 / 23.7 against 19.6-20.4. With large
-// weights the MMA loop (the A operand re-read from shared memory per tile) no longer hides under
-// the weight stream, and cuBLAS's GEMV-shaped kernels stream them as fast, so the crossover lies
-// between the two; 16 MB is the bound measured on the small side.
+// Measured on an H200, bf16, against cuda-gemm (docs/perf-notes.md): see the numbers there.
 bool cuda_decode_tc_preferred(const Problem& p) {
   constexpr int64_t kSmallWeightBytes = int64_t{16} << 20;
   if (!cuda_decode_tc_fits(p).ok()) return false;  // also bounds the sizes multiplied below

@@ -57,16 +57,20 @@ TEST(DecodeLimits, WeightRowsAreWholeSixteenByteVectors) {
 }
 
 TEST(DecodeLimits, SharedMemoryBoundsTheModelDimension) {
-  // Stage 1 holds D / 8 rows of a 32-column w_down tile and of the hidden rows.
+  // A down item holds its chunk of D (D / 2 rows at R = 512) of w_down's 8 columns and of the
+  // hidden rows in shared memory.
   const Problem wide = in_dtype(shape(1, 1, 1 << 16, 512, 16, 128), DType::kBFloat16);
   expect_refused(cuda_decode_tc_fits(wide), StatusCode::kUnsupported, "shared memory");
 }
 
 TEST(DecodeWorkspace, SizedForTheFamilyThatRuns) {
-  // bf16/fp16: stage 2's A operand, hi and lo, 16 token rows of R rounded to 64 plus 8 padding.
-  EXPECT_EQ(cuda_decode_workspace_size(in_dtype(kV2Lite, DType::kBFloat16)), 2 * 2 * 16 * 520);
+  // bf16/fp16: the down items' float32 partial latents, [chunks][T][R]. V2-Lite: 64 column tiles
+  // of 8 x 2 chunks of D; R = 8: one column tile, and D = 64 is one chunk.
+  EXPECT_EQ(cuda_decode_workspace_size(in_dtype(kV2Lite, DType::kBFloat16)), 4 * 2 * 1 * 512);
+  EXPECT_EQ(cuda_decode_workspace_size(in_dtype(shape(2, 3, 2048, 512, 16, 128), DType::kBFloat16)),
+            4 * 2 * 6 * 512);
   EXPECT_EQ(cuda_decode_workspace_size(in_dtype(shape(1, 1, 64, 8, 1, 8), DType::kFloat16)),
-            2 * 2 * 16 * 72);
+            4 * 1 * 1 * 8);
   // float32: the chunk partials and the latent.
   EXPECT_GT(cuda_decode_workspace_size(kV2Lite), 0);
   EXPECT_EQ(cuda_decode_workspace_size(shape(17, 1, 2048, 512, 16, 128)), 0);

@@ -26,11 +26,11 @@ Status cuda_gemm_supports(const Problem& problem, const Args& args);
 Status run_cuda_gemm(const Problem& problem, const Args& args, Stream stream);
 
 // Decode strategy: few tokens against large weights, the weights streamed over every SM. float32
-// runs FFMA kernels (src/cuda/decode_stream.cu, T <= 16), bf16/fp16 tensor-core kernels
-// (src/cuda/decode_tensor_core.cu, T <= 16); the cuda_decode_* functions (src/cuda/decode.cpp)
-// pick by dtype. *_fits looks at the problem alone (sizes, shared memory); cuda_decode_supports
-// adds the arguments, the same for both (16-byte weight rows, the workspace); *_preferred says
-// decode is the faster strategy for the problem.
+// runs FFMA kernels (src/cuda/decode_stream.cu, T <= 16), bf16/fp16 one cooperative
+// tensor-core kernel (src/cuda/decode_tensor_core.cu, T <= 16); the cuda_decode_* functions
+// (src/cuda/decode.cpp) pick by dtype. *_fits looks at the problem alone (sizes, shared
+// memory); cuda_decode_supports adds the arguments, the same for both (16-byte weight rows, the
+// workspace); *_preferred says decode is the faster strategy for the problem.
 int64_t cuda_decode_workspace_size(const Problem& problem);
 Status cuda_decode_supports(const Problem& problem, const Args& args);
 bool cuda_decode_preferred(const Problem& problem);

@@ -1,5 +1,5 @@
 // The decode strategy's entry points (backends.h): float32 goes to the FFMA kernels of
-// decode_stream.cu, bf16/fp16 to the tensor-core kernels of decode_tensor_core.cu.
+// decode_stream.cu, bf16/fp16 to the cooperative tensor-core kernel of decode_tensor_core.cu.
 #include <cstdint>
 #include <string>
 

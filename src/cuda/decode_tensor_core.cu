@@ -427,7 +427,8 @@ __device__ __forceinline__ void gather_latent(const Params<E>& p, const Smem& pl
     float total[8] = {};
     if (r < p.rank) {
       for (int q = 0; q < plan.chunks; ++q) {
-        const float4* src = reinterpret_cast<const float4*>(staged + (q * p.tokens + t) * p.rank + r);
+        const float4* src =
+            reinterpret_cast<const float4*>(staged + (q * p.tokens + t) * p.rank + r);
         const float4 lo4 = src[0], hi4 = src[1];
         const float v[8] = {lo4.x, lo4.y, lo4.z, lo4.w, hi4.x, hi4.y, hi4.z, hi4.w};
 #pragma unroll
@@ -743,7 +744,8 @@ Status cuda_decode_tc_fits(const Problem& p) {
   if (bytes > kHopperSmemBytes) {
     return refuse("problem.model_dim = " + std::to_string(p.model_dim) + ", rank = " +
                   std::to_string(p.rank) + " and tokens = " + std::to_string(p.tokens()) +
-                  " need " + std::to_string(bytes) + " bytes of shared memory per block, over the " +
+                  " need " + std::to_string(bytes) +
+                  " bytes of shared memory per block, over the " +
                   std::to_string(kHopperSmemBytes) + " available");
   }
   return Status::Ok();

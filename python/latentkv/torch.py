@@ -199,6 +199,21 @@ _op_with_latent_entry = getattr(_op_with_latent, "_op", _op_with_latent)
 # dispatcher's Python-op dispatch. Either runs on the same stream as the op, so CUDA-graph capture
 # is the same.
 _eager_kv_proj = _op_entry if OPS_BACKEND == "c++" else _kv_proj_kernel
+# Cheaper still, on torch >= 2.10: the binding gets the output (and any scratch) from torch's own
+# allocator through the DLPack C exchange API and returns it, with no dispatcher in between. The
+# module takes these shortcuts for plain tensors outside any torch function / dispatch mode,
+# functorch transform or jit trace only (fake tensors, make_fx, vmap, jit.trace and the like get
+# the op through the dispatcher). _kv_proj_allocating answers None where the op should take the
+# call (a zero dimension, num_heads not dividing H*Dh), and a refusal falls through to the op too,
+# so errors are the op's.
+_kv_proj_allocating = getattr(_C, "kv_proj_allocating", None) if _EXCHANGE_API else None
+_Tensor = torch.Tensor
+_PLAIN_WEIGHTS = (torch.Tensor, nn.Parameter)
+_torch_function_mode_enabled = torch._C._is_torch_function_mode_enabled
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack
+_functorch_active = torch._C._are_functorch_transforms_active
+
+
 
 
 def kv_proj(hidden, w_down, w_up_k, w_up_v, num_heads, *, latent_out=None):
@@ -293,7 +308,22 @@ class LatentKVProjection(nn.Module):
             return reference_kv_proj(x, w_down, w_up_k, w_up_v, self.num_heads)
         if _is_compiling():
             return _op(x, w_down, w_up_k, w_up_v, self.num_heads)
-        return _eager_kv_proj(x, w_down, w_up_k, w_up_v, self.num_heads)
+        if (
+            type(x) is _Tensor and type(w_down) in _PLAIN_WEIGHTS
+            and type(w_up_k) in _PLAIN_WEIGHTS and type(w_up_v) in _PLAIN_WEIGHTS
+            and not (_torch_function_mode_enabled() or _dispatch_stack_len() or _functorch_active()
+                     or _get_tracing_state())
+        ):
+            if _kv_proj_allocating is not None:
+                try:
+                    out = _kv_proj_allocating(x, w_down, w_up_k, w_up_v, self.num_heads)
+                except (TypeError, ValueError):
+                    out = None  # the op below raises its own error for the same call
+                if out is not None:
+                    return out
+            return _eager_kv_proj(x, w_down, w_up_k, w_up_v, self.num_heads)
+        # Modes, transforms, traces and tensor subclasses see the op through the dispatcher.
+        return _op(x, w_down, w_up_k, w_up_v, self.num_heads)
 
     def extra_repr(self):
         return (f"model_dim={self.model_dim}, rank={self.rank}, num_heads={self.num_heads}, "

@@ -8,10 +8,11 @@
 // __dlpack__ (which costs ~2 us per tensor in torch, refuses tensors that require grad, and may
 // record cross-stream events); everything else goes through nanobind's ndarray import.
 // A refused call raises ValueError (shapes, strides, devices, what a backend cannot run) or
-// TypeError (dtypes, non-arrays) with latentkv's message, and writes nothing. The binding never
+// TypeError (dtypes, non-arrays) with latentkv's message, and writes nothing. kv_proj never
 // allocates: when the strategy the dispatcher prefers needs scratch (cuBLAS, for the latent), it
 // returns the byte count and the caller, which owns the allocator (torch's, stream- and
-// graph-aware), calls again with a workspace.
+// graph-aware), calls again with a workspace. kv_proj_allocating, for torch's eager path, gets its
+// output and that scratch from the framework's own DLPack allocator instead.
 #include <cuda_runtime.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -53,11 +54,24 @@ struct DlExchangeApiHeader {
   DlVersion version;
   DlExchangeApiHeader* prev_api;
 };
+struct DlManagedTensorVersioned {
+  DlVersion version;
+  void* manager_ctx;
+  void (*deleter)(DlManagedTensorVersioned* self);
+  uint64_t flags;
+  DlTensor dl_tensor;
+};
 struct DlExchangeApi {
   DlExchangeApiHeader header;
-  void* managed_tensor_allocator;
+  // A new tensor of the framework shaped like prototype (dtype, ndim, shape, device); 0 on
+  // success, else set_error was called.
+  int (*managed_tensor_allocator)(DlTensor* prototype, DlManagedTensorVersioned** out,
+                                  void* error_ctx,
+                                  void (*set_error)(void* error_ctx, const char* kind,
+                                                    const char* message));
   void* managed_tensor_from_py_object_no_sync;
-  void* managed_tensor_to_py_object_no_sync;
+  // The framework's Python object for a managed tensor (ownership moves); 0 on success.
+  int (*managed_tensor_to_py_object_no_sync)(DlManagedTensorVersioned* tensor, void** out);
   int (*dltensor_from_py_object_no_sync)(void* py_object, DlTensor* out);
   int (*current_work_stream)(int32_t device_type, int32_t device_id, void** out_stream);
 };
@@ -465,6 +479,64 @@ int64_t kv_proj(nb::handle hidden, nb::handle w_down, nb::handle w_up_k, nb::han
   return kRan;
 }
 
+// A new array of the framework behind `api` (dtype, device, shape given), allocated by the
+// framework itself (torch: its caching allocator, on the current stream, inside CUDA-graph pools).
+nb::object framework_empty(const DlExchangeApi* api, DlDevice device, DlDataType dtype, int ndim,
+                           int64_t* shape) {
+  DlTensor prototype = {};
+  prototype.device = device;
+  prototype.ndim = ndim;
+  prototype.dtype = dtype;
+  prototype.shape = shape;
+  DlManagedTensorVersioned* made = nullptr;
+  std::string error;
+  auto set_error = [](void* context, const char* kind, const char* message) {
+    *static_cast<std::string*>(context) = std::string(kind) + ": " + message;
+  };
+  if (api->managed_tensor_allocator(&prototype, &made, &error, set_error) != 0 || made == nullptr) {
+    throw std::runtime_error("latentkv: the array framework could not allocate the output (" +
+                             error + ")");
+  }
+  void* object = nullptr;
+  if (api->managed_tensor_to_py_object_no_sync(made, &object) != 0) throw nb::python_error();
+  return nb::steal(static_cast<PyObject*>(object));
+}
+
+// kv_proj for frameworks that publish a DLPack allocator (torch >= 2.10): the output (2, B, S, H,
+// Dh) is allocated here, so an eager call needs no framework dispatch on top of the binding.
+// Returns None, having run nothing, where the caller's own path should take the call instead:
+// no such framework, a zero dimension, num_heads not dividing H*Dh (the caller reports it).
+nb::object kv_proj_allocating(nb::handle hidden, nb::handle w_down, nb::handle w_up_k,
+                              nb::handle w_up_v, int64_t num_heads, nb::handle latent_out) {
+  const DlExchangeApi* api = exchange_api(Py_TYPE(hidden.ptr()));
+  const DlExchangeApi* width_api = exchange_api(Py_TYPE(w_up_k.ptr()));
+  if (api == nullptr || width_api == nullptr || api->managed_tensor_allocator == nullptr ||
+      api->managed_tensor_to_py_object_no_sync == nullptr) {
+    return nb::none();
+  }
+  DlTensor h, k;
+  if (api->dltensor_from_py_object_no_sync(hidden.ptr(), &h) != 0 ||
+      width_api->dltensor_from_py_object_no_sync(w_up_k.ptr(), &k) != 0) {
+    throw nb::python_error();
+  }
+  if (h.ndim != 3 || k.ndim != 2 || num_heads <= 0 || k.shape[1] % num_heads != 0) {
+    return nb::none();
+  }
+  int64_t shape[5] = {2, h.shape[0], h.shape[1], num_heads, k.shape[1] / num_heads};
+  for (int64_t extent : shape) {
+    if (extent == 0) return nb::none();
+  }
+  nb::object out = framework_empty(api, h.device, h.dtype, 5, shape);
+  int64_t ran = kv_proj<true>(hidden, w_down, w_up_k, w_up_v, out, latent_out, nb::none(),
+                              nb::none());
+  if (ran < 0) {  // the preferred strategy wants scratch: the framework's, freed on return
+    int64_t bytes = -ran;
+    nb::object workspace = framework_empty(api, h.device, DlDataType{kDlUInt, 8, 1}, 1, &bytes);
+    ran = kv_proj<true>(hidden, w_down, w_up_k, w_up_v, out, latent_out, nb::none(), workspace);
+  }
+  return ran == kRan ? out : nb::none();
+}
+
 constexpr const char* kKvProjDoc =
     "kv_proj(hidden, w_down, w_up_k, w_up_v, out, latent_out=None, stream=None, workspace=None)"
     " -> int\n\n"
@@ -492,6 +564,13 @@ NB_MODULE(_C, m) {
         "latent_out"_a = nb::none(), "stream"_a = nb::none(), "workspace"_a = nb::none(),
         "Parses and checks like kv_proj (including the stream query and the GIL release) but "
         "does not call run(): the binding's own per-call cost.");
+  m.def("kv_proj_allocating", &kv_proj_allocating, "hidden"_a.none(), "w_down"_a.none(),
+        "w_up_k"_a.none(), "w_up_v"_a.none(), "num_heads"_a, "latent_out"_a = nb::none(),
+        "kv_proj_allocating(hidden, w_down, w_up_k, w_up_v, num_heads, latent_out=None)\n\n"
+        "kv_proj with the output (2, B, S, H, Dh) allocated by the arrays' framework through its "
+        "DLPack C exchange API (torch >= 2.10) and returned; None, having run nothing, when the "
+        "framework has no such API, a dimension is zero or num_heads does not divide H*Dh. "
+        "Refusals raise like kv_proj.");
   m.def(
       "cuda_available", [] { return latentkv::backend_available(latentkv::Backend::kCuda); },
       "True when latentkv was built with CUDA and a device is present.");

@@ -297,3 +297,50 @@ def test_module_repr_and_validation():
     assert "num_heads=4" in repr(lt.LatentKVProjection(8, 4, 4, 2))
     with pytest.raises(ValueError, match="rank = 0 must be positive"):
         lt.LatentKVProjection(8, 0, 4, 2)
+
+
+@pytest.mark.skipif(lt._kv_proj_allocating is None, reason="torch < 2.10: no DLPack allocator")
+def test_allocating_binding_returns_torch_output_or_declines():
+    shape = (2, 5, 40, 16, 2, 8)
+    args = torch_inputs(shape, seed=9)
+    out = latentkv._C.kv_proj_allocating(*args, 2)
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 2, 5, 2, 8)
+    assert out.dtype == torch.float32 and out.is_contiguous()
+    assert rel_error(out.numpy(), ref_of(args, 2)[0]) <= FLOAT32_TOLERANCE
+    # Declined (None, nothing run): num_heads not dividing H*Dh, a zero dimension.
+    assert latentkv._C.kv_proj_allocating(*args, 3) is None
+    empty = torch_inputs((0, 5, 40, 16, 2, 8), seed=9)
+    assert latentkv._C.kv_proj_allocating(*empty, 2) is None
+    with pytest.raises(TypeError, match="hidden has dtype float64"):
+        latentkv._C.kv_proj_allocating(args[0].double(), *args[1:], 2)
+
+
+@pytest.mark.skipif(lt._kv_proj_allocating is None, reason="torch < 2.10: no DLPack allocator")
+def test_module_eager_call_takes_the_allocating_binding(monkeypatch):
+    module = lt.LatentKVProjection(24, 8, 2, 4).eval()
+    x = torch.randn(3, 2, 24)
+    calls = []
+    real = lt._kv_proj_allocating
+    monkeypatch.setattr(lt, "_kv_proj_allocating", lambda *a: calls.append(1) or real(*a))
+    with torch.no_grad():
+        out = module(x)
+    assert calls == [1]
+    expected = lt.reference_kv_proj(x, module.w_down, module.w_up_k, module.w_up_v, 2)
+    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-6)
+    # A refusal falls through to the op, whose error the caller sees.
+    with torch.no_grad(), pytest.raises(TypeError, match="hidden has dtype float64"):
+        module(x.double())
+
+
+def test_module_under_dispatch_modes_goes_through_the_op():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    module = lt.LatentKVProjection(24, 8, 2, 4).eval()
+    x = torch.randn(3, 2, 24)
+    with torch.no_grad():
+        graph = make_fx(lambda t: module(t))(x)
+    assert any(n.target is torch.ops.latentkv.kv_proj.default for n in graph.graph.nodes)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
+        fake = module(mode.from_tensor(x))
+    assert fake.shape == (2, 3, 2, 2, 4)

@@ -95,8 +95,9 @@ struct Args {
   int64_t latent_stride_batch = 0;
   int64_t latent_stride_seq = 0;
 
-  // Scratch for strategies that materialize the latent in device memory when args.latent is null
-  // (workspace_size() says how much; 0 for the fused kernel). May be null: such strategies are then
+  // Device scratch: cuda-gemm keeps the latent there when args.latent is null, cuda-decode its
+  // partial sums (workspace_size() says how much; 0 for the fused kernel). Its contents need no
+  // initialization and are not kept between calls. May be null: strategies that need it are then
   // skipped by kAuto and refused when forced.
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
@@ -114,9 +115,10 @@ enum class Strategy {
   kCudaFused,   // CUDA: one launch, latent kept in shared memory (float32)
   kCudaGemm,    // CUDA: cuBLAS GEMMs on tensor cores / FFMA, K and V written straight into the
                 // stacked output (no stack copy); the latent goes to args.latent or the workspace
-  kCudaDecode,  // CUDA: few tokens (<= 16) and large weights: the weights streamed over every SM,
-                // launches chained by programmatic dependent launch (float32: three, FFMA;
-                // bf16/fp16: two, tensor cores); needs the workspace
+  kCudaDecode,  // CUDA: few tokens (<= 16) and large weights: the weights streamed over every SM
+                // (float32: three FFMA launches chained by programmatic dependent launch;
+                // bf16/fp16: one cooperative launch on tensor cores, a block on every SM at
+                // once, so it does not run beside other kernels); needs the workspace
 };
 const char* to_string(Strategy strategy);
 

@@ -740,11 +740,15 @@ Status cuda_decode_tc_fits(const Problem& p) {
                   " and heads * head_dim = " + std::to_string(p.kv_width()) +
                   " to be multiples of 8 (16-byte weight rows)");
   }
-  const size_t bytes = smem_plan(p, kNarrowUpCols, 1).bytes();
+  // Past these no plan fits in shared memory (the A operand alone takes 4 R bytes, a down item
+  // 16 x D / 8 bytes), and the plan's int arithmetic stays far from overflow below them.
+  constexpr int64_t kMaxRank = int64_t{1} << 16, kMaxModelDim = int64_t{1} << 24;
+  const bool huge = p.rank > kMaxRank || p.model_dim > kMaxModelDim;
+  const size_t bytes = huge ? SIZE_MAX : smem_plan(p, kNarrowUpCols, 1).bytes();
   if (bytes > kHopperSmemBytes) {
     return refuse("problem.model_dim = " + std::to_string(p.model_dim) + ", rank = " +
                   std::to_string(p.rank) + " and tokens = " + std::to_string(p.tokens()) +
-                  " need " + std::to_string(bytes) +
+                  " need " + (huge ? std::string("more") : std::to_string(bytes)) +
                   " bytes of shared memory per block, over the " +
                   std::to_string(kHopperSmemBytes) + " available");
   }

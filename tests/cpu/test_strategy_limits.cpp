@@ -61,6 +61,11 @@ TEST(DecodeLimits, SharedMemoryBoundsTheModelDimension) {
   // hidden rows in shared memory.
   const Problem wide = in_dtype(shape(1, 1, 1 << 16, 512, 16, 128), DType::kBFloat16);
   expect_refused(cuda_decode_tc_fits(wide), StatusCode::kUnsupported, "shared memory");
+  // Sizes whose plan would not even be computed in int: refused the same way.
+  const Problem huge_rank = in_dtype(shape(1, 1, 64, 1 << 24, 1, 8), DType::kBFloat16);
+  expect_refused(cuda_decode_tc_fits(huge_rank), StatusCode::kUnsupported, "shared memory");
+  const Problem huge_dim = in_dtype(shape(1, 1, int64_t{1} << 29, 8, 1, 8), DType::kFloat16);
+  expect_refused(cuda_decode_tc_fits(huge_dim), StatusCode::kUnsupported, "shared memory");
 }
 
 TEST(DecodeWorkspace, SizedForTheFamilyThatRuns) {

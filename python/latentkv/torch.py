@@ -209,6 +209,8 @@ _functorch_active = torch._C._are_functorch_transforms_active
 _get_tracing_state = torch._C._get_tracing_state
 
 
+# Dynamo's frame callback: installed while a torch.compile'd callable runs, also in frames dynamo
+# skips (LatentKVProjection.__call__ at the top of a compiled module); None in plain eager code.
 _dynamo_frame_callback = getattr(
     getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None), "get_eval_frame_callback",
     lambda: None,

@@ -352,8 +352,7 @@ struct Smem {
   }
   __host__ __device__ size_t bytes() const {
     return 2 * (stages * stage_elems() + shared_elems() + kMmaCols) +  // + the zero row
-           sizeof(float) * sum_floats() + sizeof(uint64_t) * stages +
-           2 * sizeof(int64_t) * tokens;  // the token rows of hidden and out
+           sizeof(float) * sum_floats() + sizeof(uint64_t) * stages;
   }
 };
 
@@ -364,7 +363,7 @@ struct Smem {
 // (deterministic).
 template <typename E>
 __device__ __forceinline__ void request_down_item(const Params<E>& p, const Smem& plan, int item,
-                                                  const int64_t* hidden_rows, E* w_tile, E* x) {
+                                                  E* w_tile, E* x) {
   const int col0 = (item % p.down_col_tiles) * kMmaCols;
   const int d0 = (item / p.down_col_tiles) * plan.chunk_rows, x_stride = plan.x_stride();
   for (int i = threadIdx.x; i < plan.chunk_rows; i += kThreads) {
@@ -375,24 +374,23 @@ __device__ __forceinline__ void request_down_item(const Params<E>& p, const Smem
                  valid);
   }
   if (p.hidden_vectors) {
-    // Thread i copies vectors i % vectors (+ kThreads ...) of rows i / vectors (+ groups ...):
-    // no index division per copy (this loop is the down step's longest instruction stream).
     const int vectors = plan.chunk_rows / 8;
-    const int groups = larger(1, kThreads / vectors);
-    if (threadIdx.x < groups * vectors) {
-      for (int t = threadIdx.x / vectors; t < p.tokens; t += groups) {
-        const E* row = p.hidden + hidden_rows[t];
-        for (int v = threadIdx.x % vectors; v < vectors; v += kThreads) {
-          const int d = d0 + 8 * v;
-          const bool valid = d < p.model_dim;
-          copy16_async(x + t * x_stride + 8 * v, valid ? row + d : p.hidden, valid);
-        }
-      }
+    for (int i = threadIdx.x; i < p.tokens * vectors; i += kThreads) {
+      const int t = i / vectors, d = d0 + (i % vectors) * 8;
+      const bool valid = d < p.model_dim;
+      copy16_async(x + t * x_stride + d - d0,
+                   valid ? p.hidden + token_offset(t, p.seq, p.hidden_stride_batch,
+                                                   p.hidden_stride_seq) + d
+                         : p.hidden,
+                   valid);
     }
   } else {
     for (int i = threadIdx.x; i < p.tokens * plan.chunk_rows; i += kThreads) {
       const int t = i / plan.chunk_rows, d = d0 + i % plan.chunk_rows;
-      x[t * x_stride + d - d0] = d < p.model_dim ? p.hidden[hidden_rows[t] + d] : from_float<E>(0.f);
+      x[t * x_stride + d - d0] =
+          d < p.model_dim
+              ? p.hidden[token_offset(t, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) + d]
+              : from_float<E>(0.f);
     }
   }
 }
@@ -554,8 +552,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   E* zeros = shared + plan.shared_elems();                    // [8]
   float* sum = reinterpret_cast<float*>(zeros + kMmaCols);
   uint64_t* w_bar = reinterpret_cast<uint64_t*>(sum + plan.sum_floats());  // [stages]
-  int64_t* hidden_rows = reinterpret_cast<int64_t*>(w_bar + plan.stages);  // [T]: token offsets
-  int64_t* out_rows = hidden_rows + p.tokens;                                // [T]
 
   const int rows = p.rank_rows;
   const int tiles_per_half = (p.kv_width + kCols - 1) / kCols;
@@ -565,14 +561,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
     copy_weight_tile<kCols>(w_up + stage * plan.stage_elems(), &p.w_up_map[kv], 0, rows, col0,
                             w_bar + stage);
   };
-  // Token t's offsets in hidden and out, once per block instead of per element.
-  for (int t = threadIdx.x; t < p.tokens; t += kThreads) {
-    hidden_rows[t] = token_offset(t, p.seq, p.hidden_stride_batch, p.hidden_stride_seq);
-    out_rows[t] = token_offset(t, p.seq, p.out_stride_batch, p.out_stride_seq);
-  }
-  __syncthreads();
   // w_down and hidden first: the barrier waits on them, the up tiles are needed after it.
-  if (blockIdx.x < p.down_items) request_down_item(p, plan, blockIdx.x, hidden_rows, w_tile, x);
+  if (blockIdx.x < p.down_items) request_down_item(p, plan, blockIdx.x, w_tile, x);
   if (threadIdx.x == 0) {
     for (int s = 0; s < plan.stages; ++s) init_barrier(w_bar + s);
     publish_barrier_init();
@@ -586,7 +576,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   // finish_down_item, or by the grid barrier in a block without a down item.
 
   for (int item = blockIdx.x; item < p.down_items; item += gridDim.x) {
-    if (item != blockIdx.x) request_down_item(p, plan, item, hidden_rows, w_tile, x);
+    if (item != blockIdx.x) request_down_item(p, plan, item, w_tile, x);
     finish_down_item<kTokenTiles>(p, plan, item, w_tile, x, sum, zeros);
   }
   cg::grid_group grid = cg::this_grid();
@@ -621,16 +611,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
     const int next = tile + plan.stages * gridDim.x;
     if (threadIdx.x == 0 && next < tiles) request(next, stage);
 
-    // Column c of the tile for tokens t, t + kThreads / kCols, ...: consecutive threads write
-    // consecutive columns of a head.
-    const int kv = tile / tiles_per_half, c = threadIdx.x % kCols;
-    const int n = (tile % tiles_per_half) * kCols + c;
-    if (n < p.kv_width) {
-      E* column = p.out + kv * p.out_stride_kv + (n / p.head_dim) * p.out_stride_head +
-                  n % p.head_dim;
-      for (int t = threadIdx.x / kCols; t < p.tokens; t += kThreads / kCols) {
-        column[out_rows[t]] = from_float<E>(sum[t * (kCols + kSumPad) + c]);
-      }
+    const int kv = tile / tiles_per_half, col0 = (tile % tiles_per_half) * kCols;
+    for (int j = threadIdx.x; j < p.tokens * kCols; j += kThreads) {
+      const int t = j / kCols, n = col0 + j % kCols;
+      if (n >= p.kv_width) continue;
+      p.out[kv * p.out_stride_kv + token_offset(t, p.seq, p.out_stride_batch, p.out_stride_seq) +
+            (n / p.head_dim) * p.out_stride_head + n % p.head_dim] =
+          from_float<E>(sum[t * (kCols + kSumPad) + j % kCols]);
     }
     __syncthreads();  // sum is rewritten by the next tile
   }

@@ -50,10 +50,7 @@ constexpr int kThreads = 256;              // 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kMmaCols = 8;                // columns per MMA (its N); also a down item's width
 constexpr int kKStep = 16;                 // the MMA's K
-constexpr int kMmaRows = 16;               // the MMA's M: tokens per token tile
-constexpr int kMaxTokenTiles = 4;          // T <= 64: up to 4 token tiles (the mid-T variant)
-constexpr int kMaxTokens = kMmaRows * kMaxTokenTiles;
-constexpr int kMidHiddenBytes = 128 * 1024;  // mid-T down step: hidden rows per chunk at most
+constexpr int kTokens = 16;                // the MMA's M: the limit on T
 constexpr int kRowPad = 8;                 // elements of padding per shared row of an A operand:
                                            // 8 consecutive rows land in 8 bank groups (ldmatrix)
 constexpr int kBoxRows = 64;               // rows per bulk tensor copy (one box)
@@ -138,8 +135,6 @@ struct Params : ActivationParams<E> {
   E* latent_out;            // [B, S, R] or null
   int64_t latent_stride_batch, latent_stride_seq;
   float* partials;          // workspace [chunks][T][R]: the down items' partial latents
-  E* latent_image;          // workspace after the partials, mid-T only: the up step's A operand
-                            // [T][rank_rows + kRowPad]
   int chunk_rows;           // down: rows of D per chunk (multiple of kDownRowAlign)
   int down_col_tiles;       // down: R / 8
   int down_items;           // down: down_col_tiles x chunks
@@ -217,7 +212,6 @@ template <typename E>
 struct OperandLane {
   const E* base;
   int step;  // 1, or 0 on the zero row
-  OperandLane() = default;
   __device__ OperandLane(const E* a, int stride, int tokens, const E* zeros, int lane) {
     const int row = lane % 16;
     base = row < tokens ? a + row * stride + (lane / 16) * 8 : zeros;
@@ -226,17 +220,16 @@ struct OperandLane {
   __device__ const E* at(int k) const { return base + step * k; }
 };
 
-// acc[m][j] += A_m[0 .. 16)[k0 .. k1) @ w[k0 .. k1)[col + 8 j .. col + 8 j + 8) for the warp's
-// kNTiles MMA tiles and each token tile m holding a token (16 m < tokens), summed over the kParts
-// A operands of the tile; w is a swizzled [rows][kCols] tile. The two k-steps of each pass and the
-// kParts operands accumulate in separate registers, so consecutive MMAs do not wait on each other.
-template <int kCols, int kParts, int kTokenTiles, typename E>
-__device__ __forceinline__ void warp_mma(
-    float (&acc)[kTokenTiles][WarpLayout<kCols>::kNTiles][4],
-    const OperandLane<E> (&a)[kTokenTiles][kParts], const E* w, int col, int k0, int k1,
-    int tokens, int lane) {
+// acc[j] += A[0 .. 16)[k0 .. k1) @ w[k0 .. k1)[col + 8 j .. col + 8 j + 8) for the warp's kNTiles
+// MMA tiles, summed over the kParts A operands; w is a swizzled [rows][kCols] tile. The two
+// k-steps of each pass and the kParts operands accumulate in separate registers, so consecutive
+// MMAs do not wait on each other.
+template <int kCols, int kParts, typename E>
+__device__ __forceinline__ void warp_mma(float (&acc)[WarpLayout<kCols>::kNTiles][4],
+                                         const OperandLane<E> (&a)[kParts], const E* w, int col,
+                                         int k0, int k1, int lane) {
   constexpr int kNTiles = WarpLayout<kCols>::kNTiles;
-  float chain[2][kTokenTiles][kParts][kNTiles][4] = {};
+  float chain[2][kParts][kNTiles][4] = {};
   for (int k = k0; k < k1; k += 2 * kKStep) {
     uint32_t b[kNTiles][4];  // B fragments of k-steps k and k + 16, per MMA tile
 #pragma unroll
@@ -246,69 +239,56 @@ __device__ __forceinline__ void warp_mma(
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
-      for (int m = 0; m < kTokenTiles; ++m) {
-        if (m * kMmaRows >= tokens) break;
+      for (int part = 0; part < kParts; ++part) {
+        uint32_t frag[4];
+        load_matrices(frag, a[part].at(k + h * kKStep));
 #pragma unroll
-        for (int part = 0; part < kParts; ++part) {
-          uint32_t frag[4];
-          load_matrices(frag, a[m][part].at(k + h * kKStep));
-#pragma unroll
-          for (int j = 0; j < kNTiles; ++j) {
-            mma<E>(chain[h][m][part][j], frag, b[j][2 * h], b[j][2 * h + 1]);
-          }
+        for (int j = 0; j < kNTiles; ++j) {
+          mma<E>(chain[h][part][j], frag, b[j][2 * h], b[j][2 * h + 1]);
         }
       }
     }
   }
 #pragma unroll
-  for (int m = 0; m < kTokenTiles; ++m) {
+  for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
+    for (int i = 0; i < 4; ++i) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int h = 0; h < 2; ++h) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int part = 0; part < kParts; ++part) acc[m][j][i] += chain[h][m][part][j][i];
-        }
+        for (int part = 0; part < kParts; ++part) acc[j][i] += chain[h][part][j][i];
       }
     }
   }
 }
 
-// The block's [16 kTokenTiles][kCols] result in sum (row stride kCols + kSumPad): warps 4-7
-// (second half of the rows) leave theirs, warps 0-3 add their own (a fixed order). Accumulator i
-// of MMA tile j of token tile m of a lane is row 16 m + lane / 4 + 8 (i / 2), column
-// (warp % 4) kCols / 4 + 8 j + 2 (lane % 4) + i % 2 (the MMA's C fragment).
-template <int kCols, int kTokenTiles>
-__device__ __forceinline__ void collect_tile(
-    const float (&acc)[kTokenTiles][WarpLayout<kCols>::kNTiles][4], float* sum, int warp,
-    int lane) {
+// The block's [16][kCols] result in sum (row stride kCols + kSumPad): warps 4-7 (second half of
+// the rows) leave theirs, warps 0-3 add their own (a fixed order). Accumulator i of MMA tile j of
+// a lane is row lane / 4 + 8 (i / 2), column (warp % 4) kCols / 4 + 8 j + 2 (lane % 4) + i % 2
+// (the MMA's C fragment).
+template <int kCols>
+__device__ __forceinline__ void collect_tile(const float (&acc)[WarpLayout<kCols>::kNTiles][4],
+                                             float* sum, int warp, int lane) {
   constexpr int kStride = kCols + kSumPad;
   constexpr int kNTiles = WarpLayout<kCols>::kNTiles;
   const int col = (warp % 4) * (kCols / 4) + (lane % 4) * 2;
   const int row = lane / 4;
-  auto at = [&](int m, int j, int i) -> float& {
-    return sum[(m * kMmaRows + row + 8 * (i / 2)) * kStride + col + j * kMmaCols + i % 2];
-  };
   if (warp >= 4) {
 #pragma unroll
-    for (int m = 0; m < kTokenTiles; ++m) {
+    for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) at(m, j, i) = acc[m][j][i];
+      for (int i = 0; i < 4; ++i) {
+        sum[(row + 8 * (i / 2)) * kStride + col + j * kMmaCols + i % 2] = acc[j][i];
       }
     }
   }
   __syncthreads();
   if (warp < 4) {
 #pragma unroll
-    for (int m = 0; m < kTokenTiles; ++m) {
+    for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) at(m, j, i) += acc[m][j][i];
+      for (int i = 0; i < 4; ++i) {
+        sum[(row + 8 * (i / 2)) * kStride + col + j * kMmaCols + i % 2] += acc[j][i];
       }
     }
   }
@@ -327,28 +307,22 @@ struct DownPlan {
 // Shared memory, in 16-bit elements, then floats, then barriers; every region 16-byte aligned
 // and the weight tiles first (1024-byte aligned, for the swizzle). The down step's w_down tile
 // and hidden rows and the up step's A operand and staged partials are never live together, so
-// they share one region. One token tile (T <= 16): the A operand is a hi + lo pair, summed by
-// every block from the staged partials. More (the mid-T variant): the A operand is the latent
-// rounded to E (as the unfused baseline rounds it), copied whole from the workspace.
+// they share one region.
 struct Smem {
-  int up_rows, cols, stages, tokens, chunk_rows, chunks, rank, token_tiles;
-  __host__ __device__ int parts() const { return token_tiles == 1 ? 2 : 1; }
+  int up_rows, cols, stages, tokens, chunk_rows, chunks, rank;
   __host__ __device__ int a_stride() const { return up_rows + kRowPad; }
   __host__ __device__ int x_stride() const { return chunk_rows + kRowPad; }
   __host__ __device__ int stage_elems() const { return up_rows * cols; }
   __host__ __device__ int down_tile_elems() const { return chunk_rows * kMmaCols; }
-  __host__ __device__ int a_elems() const { return parts() * tokens * a_stride(); }
-  __host__ __device__ int staged_floats() const {
-    return token_tiles == 1 ? chunks * tokens * rank : 0;
-  }
+  __host__ __device__ int a_elems() const { return 2 * tokens * a_stride(); }  // hi and lo
+  __host__ __device__ int staged_floats() const { return chunks * tokens * rank; }
   __host__ __device__ int shared_elems() const {
     const int down = down_tile_elems() + tokens * x_stride();  // w_down tile, hidden rows
     const int up = a_elems() + 2 * staged_floats();            // A operand, partials
     return (larger(down, up) + 7) / 8 * 8;
   }
   __host__ __device__ int sum_floats() const {
-    const int rows = kMmaRows * token_tiles;
-    return larger(kWarps * rows * kMmaCols, rows * (cols + kSumPad));
+    return larger(kWarps * kTokens * kMmaCols, kTokens * (cols + kSumPad));
   }
   __host__ __device__ size_t bytes() const {
     return 2 * (stages * stage_elems() + shared_elems() + kMmaCols) +  // + the zero row
@@ -395,86 +369,48 @@ __device__ __forceinline__ void request_down_item(const Params<E>& p, const Smem
   }
 }
 
-template <int kTokenTiles, typename E>
+template <typename E>
 __device__ __forceinline__ void finish_down_item(const Params<E>& p, const Smem& plan, int item,
                                                  const E* w_tile, const E* x, float* sum,
                                                  const E* zeros) {
-  constexpr int kRows = kMmaRows * kTokenTiles;
   wait_async_copies();
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int rows = plan.chunk_rows / kWarps, k0 = warp * rows;
-  OperandLane<E> a[kTokenTiles];
-#pragma unroll
-  for (int m = 0; m < kTokenTiles; ++m) {
-    a[m] = OperandLane<E>(x + m * kMmaRows * plan.x_stride(), plan.x_stride(),
-                          p.tokens - m * kMmaRows, zeros, lane);
-  }
-  float chain[kTokenTiles][2][4] = {};
+  const OperandLane<E> a(x, plan.x_stride(), p.tokens, zeros, lane);
+  float chain[2][4] = {};
   for (int k = k0; k < k0 + rows; k += 2 * kKStep) {
     uint32_t b[4];  // k-steps k and k + 16 of the 8 columns
     load_matrices_transposed(b, w_tile + (k + lane) * kMmaCols);
 #pragma unroll
-    for (int m = 0; m < kTokenTiles; ++m) {
-      if (m * kMmaRows >= p.tokens) break;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint32_t frag[4];
-        load_matrices(frag, a[m].at(k + h * kKStep));
-        mma<E>(chain[m][h], frag, b[2 * h], b[2 * h + 1]);
-      }
+    for (int h = 0; h < 2; ++h) {
+      uint32_t frag[4];
+      load_matrices(frag, a.at(k + h * kKStep));
+      mma<E>(chain[h], frag, b[2 * h], b[2 * h + 1]);
     }
   }
-  // Accumulator i of a lane in token tile m: row 16 m + lane / 4 + 8 (i / 2), column
-  // 2 (lane % 4) + i % 2.
+  // Accumulator i of a lane: row lane / 4 + 8 (i / 2), column 2 (lane % 4) + i % 2.
 #pragma unroll
-  for (int m = 0; m < kTokenTiles; ++m) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int row = m * kMmaRows + lane / 4 + 8 * (i / 2);
-      sum[(warp * kRows + row) * kMmaCols + 2 * (lane % 4) + i % 2] = chain[m][0][i] + chain[m][1][i];
-    }
+  for (int i = 0; i < 4; ++i) {
+    sum[(warp * kTokens + lane / 4 + 8 * (i / 2)) * kMmaCols + 2 * (lane % 4) + i % 2] =
+        chain[0][i] + chain[1][i];
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < p.tokens * kMmaCols; i += kThreads) {
-    const int t = i / kMmaCols, j = i % kMmaCols;
+  if (threadIdx.x < p.tokens * kMmaCols) {
+    const int t = threadIdx.x / kMmaCols, j = threadIdx.x % kMmaCols;
     const int q = item / p.down_col_tiles, col = (item % p.down_col_tiles) * kMmaCols + j;
     float total = 0.f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) total += sum[(w * kRows + t) * kMmaCols + j];
+    for (int w = 0; w < kWarps; ++w) total += sum[(w * kTokens + t) * kMmaCols + j];
     p.partials[(static_cast<int64_t>(q) * p.tokens + t) * p.rank + col] = total;
   }
   __syncthreads();  // the tiles and sum are reused by the next item
 }
 
-// total[e] = sum over the chunks q, in order, of partials[q][t][r + e] (e < 8; a 16-byte aligned
-// octet): the same sum in every block and in both gathers below. kFromL2: partials is the
-// workspace, written by other SMs before a grid barrier (read through L2, not L1).
-template <bool kFromL2>
-__device__ __forceinline__ void sum_over_chunks(const float* partials, int chunks, int tokens,
-                                                int rank, int t, int r, float (&total)[8]) {
-  for (int q = 0; q < chunks; ++q) {
-    const float4* src = reinterpret_cast<const float4*>(partials + (q * tokens + t) * rank + r);
-    const float4 lo4 = kFromL2 ? __ldcg(src) : src[0], hi4 = kFromL2 ? __ldcg(src + 1) : src[1];
-    const float v[8] = {lo4.x, lo4.y, lo4.z, lo4.w, hi4.x, hi4.y, hi4.z, hi4.w};
-#pragma unroll
-    for (int e = 0; e < 8; ++e) total[e] += v[e];
-  }
-}
-
-// Columns r .. r + 8 of token row t of the caller's latent (any strides: element by element).
-template <typename E>
-__device__ __forceinline__ void store_latent_octet(const Params<E>& p, int t, int r,
-                                                   const E (&value)[8]) {
-  E* row = p.latent_out + token_offset(t, p.seq, p.latent_stride_batch, p.latent_stride_seq);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) row[r + e] = value[e];
-}
-
-// One token tile (T <= 16). The latent [T][R]: the chunks' partials, staged in shared memory by
-// one sweep of copies (one L2 round trip whatever T), summed in chunk order into the up step's A
-// operand: a_hi = the latent rounded to E, a_lo = the rounding's remainder; zeros in the columns
-// past R (the weight tiles' zero rows meet them). The caller's latent gets a_hi.
+// The latent [T][R]: the chunks' partials, staged in shared memory by one sweep of copies (one
+// L2 round trip whatever T), summed in chunk order into the up step's A operand: a_hi = the
+// latent rounded to E, a_lo = the rounding's remainder; zeros in the columns past R (the weight
+// tiles' zero rows meet them). The caller's latent gets a_hi.
 template <typename E>
 __device__ __forceinline__ void gather_latent(const Params<E>& p, const Smem& plan, E* a_hi,
                                               E* a_lo, float* staged) {
@@ -489,7 +425,16 @@ __device__ __forceinline__ void gather_latent(const Params<E>& p, const Smem& pl
   for (int i = threadIdx.x; i < p.tokens * octets; i += kThreads) {
     const int t = i / octets, r = (i % octets) * 8;
     float total[8] = {};
-    if (r < p.rank) sum_over_chunks<false>(staged, plan.chunks, p.tokens, p.rank, t, r, total);
+    if (r < p.rank) {
+      for (int q = 0; q < plan.chunks; ++q) {
+        const float4* src =
+            reinterpret_cast<const float4*>(staged + (q * p.tokens + t) * p.rank + r);
+        const float4 lo4 = src[0], hi4 = src[1];
+        const float v[8] = {lo4.x, lo4.y, lo4.z, lo4.w, hi4.x, hi4.y, hi4.z, hi4.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) total[e] += v[e];
+      }
+    }
     alignas(16) E hi[8], lo[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
@@ -499,55 +444,25 @@ __device__ __forceinline__ void gather_latent(const Params<E>& p, const Smem& pl
     *reinterpret_cast<uint4*>(a_hi + t * a_stride + r) = *reinterpret_cast<const uint4*>(hi);
     *reinterpret_cast<uint4*>(a_lo + t * a_stride + r) = *reinterpret_cast<const uint4*>(lo);
     if (p.latent_out != nullptr && t % gridDim.x == blockIdx.x && r < p.rank) {
-      store_latent_octet(p, t, r, hi);
+      E* row = p.latent_out + token_offset(t, p.seq, p.latent_stride_batch, p.latent_stride_seq);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) row[r + e] = hi[e];
     }
   }
 }
 
-// More token tiles (the mid-T variant), where staging every partial in every block would not fit
-// (V2-Lite at T = 64: 256 KB). Step 1, after the first grid barrier: the grid's threads split the
-// latent [T][R] eight columns each, sum the partials in chunk order, round to E and write the up
-// step's A operand image [T][a_stride] (zeros past R) to the workspace and the caller's latent.
-template <typename E>
-__device__ __forceinline__ void reduce_latent(const Params<E>& p, const Smem& plan) {
-  const int a_stride = plan.a_stride(), octets = a_stride / 8;
-  for (int i = blockIdx.x * kThreads + threadIdx.x; i < p.tokens * octets;
-       i += gridDim.x * kThreads) {
-    const int t = i / octets, r = (i % octets) * 8;
-    float total[8] = {};
-    if (r < p.rank) sum_over_chunks<true>(p.partials, plan.chunks, p.tokens, p.rank, t, r, total);
-    alignas(16) E hi[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) hi[e] = from_float<E>(total[e]);
-    *reinterpret_cast<uint4*>(p.latent_image + t * a_stride + r) =
-        *reinterpret_cast<const uint4*>(hi);
-    if (p.latent_out != nullptr && r < p.rank) store_latent_octet(p, t, r, hi);
-  }
-}
-
-// Step 2, after the second grid barrier: the image into shared memory, one sweep of copies.
-template <typename E>
-__device__ __forceinline__ void load_latent_image(const Params<E>& p, const Smem& plan, E* a) {
-  for (int i = threadIdx.x; i < p.tokens * plan.a_stride() / 8; i += kThreads) {
-    copy16_async(a + 8 * i, p.latent_image + 8 * i, true);
-  }
-  wait_async_copies();
-}
-
-template <typename E, int kCols, int kTokenTiles>
+template <typename E, int kCols>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_constant__ Params<E> p) {
   extern __shared__ __align__(1024) unsigned char smem[];  // swizzled tiles first
   static_assert(sizeof(E) == 2, "16-bit elements (the shared-memory plan counts in them)");
-  constexpr int kParts = kTokenTiles == 1 ? 2 : 1;  // A operands: hi + lo, or the rounded latent
   const int chunks = p.down_items / p.down_col_tiles;
-  const Smem plan{p.rank_rows, kCols,  p.up_stages, p.tokens,
-                  p.chunk_rows, chunks, p.rank,      kTokenTiles};
+  const Smem plan{p.rank_rows, kCols, p.up_stages, p.tokens, p.chunk_rows, chunks, p.rank};
   E* w_up = reinterpret_cast<E*>(smem);                       // [stages][rank_rows][kCols]
   E* shared = w_up + plan.stages * plan.stage_elems();
   E* w_tile = shared;                                         // down: [chunk_rows][8]
   E* x = shared + plan.down_tile_elems();                     // down: [T][x_stride]
   E* a_hi = shared;                                           // up: [T][a_stride]
-  E* a_lo = shared + p.tokens * plan.a_stride();              // up: [T][a_stride] (kParts = 2)
+  E* a_lo = shared + p.tokens * plan.a_stride();              // up: [T][a_stride]
   float* staged = reinterpret_cast<float*>(shared + plan.a_elems());  // up: [chunks][T][R]
   E* zeros = shared + plan.shared_elems();                    // [8]
   float* sum = reinterpret_cast<float*>(zeros + kMmaCols);
@@ -577,37 +492,23 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
 
   for (int item = blockIdx.x; item < p.down_items; item += gridDim.x) {
     if (item != blockIdx.x) request_down_item(p, plan, item, w_tile, x);
-    finish_down_item<kTokenTiles>(p, plan, item, w_tile, x, sum, zeros);
+    finish_down_item(p, plan, item, w_tile, x, sum, zeros);
   }
-  cg::grid_group grid = cg::this_grid();
-  grid.sync();  // every partial is written and visible
-  if constexpr (kTokenTiles == 1) {
-    gather_latent(p, plan, a_hi, a_lo, staged);
-  } else {
-    reduce_latent(p, plan);
-    grid.sync();  // the latent image is complete
-    load_latent_image(p, plan, a_hi);
-  }
+  cg::this_grid().sync();  // every partial is written and visible
+  gather_latent(p, plan, a_hi, a_lo, staged);
   __syncthreads();
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int half = rows / 2, k0 = (warp / 4) * half;
-  OperandLane<E> a[kTokenTiles][kParts];
-#pragma unroll
-  for (int m = 0; m < kTokenTiles; ++m) {
-#pragma unroll
-    for (int part = 0; part < kParts; ++part) {
-      a[m][part] = OperandLane<E>((part == 0 ? a_hi : a_lo) + m * kMmaRows * plan.a_stride(),
-                                  plan.a_stride(), p.tokens - m * kMmaRows, zeros, lane);
-    }
-  }
+  const OperandLane<E> a[2] = {OperandLane<E>(a_hi, plan.a_stride(), p.tokens, zeros, lane),
+                               OperandLane<E>(a_lo, plan.a_stride(), p.tokens, zeros, lane)};
   for (int i = 0, tile = blockIdx.x; tile < tiles; ++i, tile += gridDim.x) {
     const int stage = i % plan.stages;
     wait_barrier(w_bar + stage, (i / plan.stages) & 1);
-    float acc[kTokenTiles][WarpLayout<kCols>::kNTiles][4] = {};
-    warp_mma<kCols, kParts, kTokenTiles>(acc, a, w_up + stage * plan.stage_elems(),
-                                         (warp % 4) * (kCols / 4), k0, k0 + half, p.tokens, lane);
-    collect_tile<kCols, kTokenTiles>(acc, sum, warp, lane);  // every warp is done with the stage
+    float acc[WarpLayout<kCols>::kNTiles][4] = {};
+    warp_mma<kCols, 2>(acc, a, w_up + stage * plan.stage_elems(), (warp % 4) * (kCols / 4), k0,
+                       k0 + half, lane);
+    collect_tile<kCols>(acc, sum, warp, lane);  // every warp is done with the stage after this
     const int next = tile + plan.stages * gridDim.x;
     if (threadIdx.x == 0 && next < tiles) request(next, stage);
 
@@ -627,17 +528,10 @@ int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
 
 int rank_rows(const Problem& p) { return static_cast<int>(round_up(p.rank, kUpRowAlign)); }
-// 1 for T <= 16, else the mid-T variant's 4 (the kernel skips the tiles past T).
-int token_tiles(const Problem& p) { return p.tokens() <= kMmaRows ? 1 : kMaxTokenTiles; }
-// About kTargetDownItems items; with more than one token tile, also chunks small enough that a
-// chunk's hidden rows take at most kMidHiddenBytes (V2-Lite at T = 64: 2 chunks of 1024 rows).
 DownPlan down_plan(const Problem& p) {
   DownPlan d;
   d.col_tiles = static_cast<int>(p.rank / kMmaCols);
-  int64_t want = std::clamp<int64_t>(kTargetDownItems / d.col_tiles, 1, kMaxChunks);
-  if (token_tiles(p) > 1) {
-    want = std::max(want, ceil_div(p.tokens() * p.model_dim * 2, kMidHiddenBytes));
-  }
+  const int64_t want = std::clamp<int64_t>(kTargetDownItems / d.col_tiles, 1, kMaxChunks);
   d.chunk_rows = static_cast<int>(round_up(ceil_div(p.model_dim, want), kDownRowAlign));
   d.chunks = static_cast<int>(ceil_div(p.model_dim, d.chunk_rows));
   return d;
@@ -647,8 +541,8 @@ int up_tiles(const Problem& p, int cols) {
 }
 Smem smem_plan(const Problem& p, int cols, int stages) {
   const DownPlan down = down_plan(p);
-  return {rank_rows(p), cols,        stages,          static_cast<int>(p.tokens()),
-          down.chunk_rows, down.chunks, static_cast<int>(p.rank), token_tiles(p)};
+  return {rank_rows(p), cols, stages, static_cast<int>(p.tokens()), down.chunk_rows, down.chunks,
+          static_cast<int>(p.rank)};
 }
 
 // Per device, read once (run() is on the hot path): SMs and the opt-in shared-memory limit
@@ -659,20 +553,13 @@ struct DeviceFacts {
   Status status;
 };
 
-// The three variants: narrow or wide up tiles with one token tile, narrow ones with four.
 template <typename E>
 cudaError_t opt_in(int bytes) {
-  cudaError_t err = cudaFuncSetAttribute(decode_kernel<E, kNarrowUpCols, 1>,
+  cudaError_t err = cudaFuncSetAttribute(decode_kernel<E, kNarrowUpCols>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err == cudaSuccess) {
-    err = cudaFuncSetAttribute(decode_kernel<E, kWideUpCols, 1>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  }
-  if (err == cudaSuccess) {
-    err = cudaFuncSetAttribute(decode_kernel<E, kNarrowUpCols, kMaxTokenTiles>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  }
-  return err;
+  if (err != cudaSuccess) return err;
+  return cudaFuncSetAttribute(decode_kernel<E, kWideUpCols>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
 Status current_device_facts(const DeviceFacts** out) {
@@ -756,7 +643,7 @@ Status encode_weight_map(CUtensorMap* map, TensorMapEncoder encode, const void* 
   return Status::Ok();
 }
 
-template <typename E, int kUpCols, int kTokenTiles>
+template <typename E, int kUpCols>
 Status launch(const Problem& p, const Args& a, Stream stream, const DeviceFacts& facts) {
   Params<E> k;
   copy_activation_args<E>(p, a, k);
@@ -767,7 +654,6 @@ Status launch(const Problem& p, const Args& a, Stream stream, const DeviceFacts&
   k.latent_stride_seq = a.latent_stride_seq;
   k.partials = static_cast<float*>(a.workspace);
   const DownPlan down = down_plan(p);
-  k.latent_image = reinterpret_cast<E*>(k.partials + int64_t{down.chunks} * p.tokens() * p.rank);
   k.chunk_rows = down.chunk_rows;
   k.down_col_tiles = down.col_tiles;
   k.down_items = down.items();
@@ -810,23 +696,22 @@ Status launch(const Problem& p, const Args& a, Stream stream, const DeviceFacts&
   config.stream = stream;
   config.attrs = cooperative;
   config.numAttrs = 1;
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, decode_kernel<E, kUpCols, kTokenTiles>, k));
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, decode_kernel<E, kUpCols>, k));
   return Status::Ok();
 }
 
-// The variant: T > 16 takes four token tiles and 32-column up tiles. T <= 16: 64-column up tiles
-// (128-byte weight rows) once there are enough tiles for several per SM (DeepSeek-V3: 512) and one
-// fits beside the down step's share; 32 columns otherwise (V2-Lite: 128 tiles, one per SM).
+// The up tiles' width: 64 columns (128-byte weight rows) once there are enough tiles for several
+// per SM (DeepSeek-V3: 512) and one fits beside the down step's share; 32 columns otherwise
+// (V2-Lite: 128 tiles, one per SM).
 template <typename E>
-Status launch_variant(const Problem& p, const Args& a, Stream stream) {
+Status launch_for_width(const Problem& p, const Args& a, Stream stream) {
   const DeviceFacts* facts = nullptr;
   if (Status queried = current_device_facts(&facts); !queried.ok()) return queried;
-  if (token_tiles(p) > 1) return launch<E, kNarrowUpCols, kMaxTokenTiles>(p, a, stream, *facts);
   if (up_tiles(p, kWideUpCols) >= kWideTilesPerSm * facts->sm_count &&
       smem_plan(p, kWideUpCols, 1).bytes() <= facts->smem_optin) {
-    return launch<E, kWideUpCols, 1>(p, a, stream, *facts);
+    return launch<E, kWideUpCols>(p, a, stream, *facts);
   }
-  return launch<E, kNarrowUpCols, 1>(p, a, stream, *facts);
+  return launch<E, kNarrowUpCols>(p, a, stream, *facts);
 }
 
 Status refuse(const std::string& why) {
@@ -835,20 +720,17 @@ Status refuse(const std::string& why) {
 
 }  // namespace
 
-// The down items' partial latents, [chunks][T][R] float32; with more than one token tile also
-// the latent image [T][rank_rows + kRowPad] in E.
+// The down items' partial latents, [chunks][T][R] float32.
 int64_t cuda_decode_tc_workspace_size(const Problem& p) {
-  if (p.tokens() > kMaxTokens || p.dtype == DType::kFloat32 || p.rank % kMmaCols != 0) return 0;
-  const int64_t partials = int64_t{4} * down_plan(p).chunks * p.tokens() * p.rank;
-  if (token_tiles(p) == 1) return partials;
-  return partials + int64_t{2} * p.tokens() * (rank_rows(p) + kRowPad);
+  if (p.tokens() > kTokens || p.dtype == DType::kFloat32 || p.rank % kMmaCols != 0) return 0;
+  return static_cast<int64_t>(sizeof(float)) * down_plan(p).chunks * p.tokens() * p.rank;
 }
 
 Status cuda_decode_tc_fits(const Problem& p) {
   if (p.dtype == DType::kFloat32) return refuse("float32 takes the FFMA decode kernels");
-  if (p.tokens() > kMaxTokens) {
+  if (p.tokens() > kTokens) {
     return refuse("problem tokens (batch * seq) = " + std::to_string(p.tokens()) +
-                  " exceeds the " + std::to_string(kMaxTokens) + " it is built for");
+                  " exceeds the " + std::to_string(kTokens) + " it is built for");
   }
   if (p.model_dim > INT_MAX / 2 || 2 * p.kv_width() > INT_MAX / 2 || p.rank > INT_MAX / 4) {
     return refuse("problem.model_dim, rank or heads * head_dim exceeds its int32 indexing");
@@ -887,8 +769,8 @@ bool cuda_decode_tc_preferred(const Problem& p) {
 }
 
 Status run_cuda_decode_tc(const Problem& p, const Args& a, Stream stream) {
-  if (p.dtype == DType::kBFloat16) return launch_variant<__nv_bfloat16>(p, a, stream);
-  if (p.dtype == DType::kFloat16) return launch_variant<__half>(p, a, stream);
+  if (p.dtype == DType::kBFloat16) return launch_for_width<__nv_bfloat16>(p, a, stream);
+  if (p.dtype == DType::kFloat16) return launch_for_width<__half>(p, a, stream);
   return refuse("float32 takes the FFMA decode kernels");
 }
 

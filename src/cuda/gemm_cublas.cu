@@ -76,7 +76,8 @@ struct Operand {
   int64_t batch_stride;
 };
 
-// C[b] (rows x cols) = A[b] (rows x inner) @ B (inner x cols) for b < batches (B shared).
+// C[b] (rows x cols) = A[b] (rows x inner) @ B[b] (inner x cols) for b < batches (a batch
+// stride of 0 shares an operand).
 Status gemm(cublasHandle_t handle, DType dtype, int64_t batches, int64_t rows, int64_t cols,
             int64_t inner, Operand a, Operand b, void* c, int64_t ldc, int64_t c_batch_stride) {
   const float alpha = 1.f, beta = 0.f;
@@ -89,7 +90,8 @@ Status gemm(cublasHandle_t handle, DType dtype, int64_t batches, int64_t rows, i
   }
   return cublas_status(
       cublasGemmStridedBatchedEx_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, cols, rows, inner, &alpha,
-                                    b.data, t, b.ld, 0, a.data, t, a.ld, a.batch_stride, &beta, c,
+                                    b.data, t, b.ld, b.batch_stride, a.data, t, a.ld,
+                                    a.batch_stride, &beta, c,
                                     t, ldc, c_batch_stride, batches, CUBLAS_COMPUTE_32F,
                                     CUBLAS_GEMM_DEFAULT),
       "cublasGemmStridedBatchedEx");
@@ -135,6 +137,7 @@ Status run_cuda_gemm(const Problem& p, const Args& a, Stream stream) {
   void* latent_out = const_cast<void*>(latent.data);
 
   const Operand hidden{a.hidden, a.hidden_stride_seq, a.hidden_stride_batch};
+  const Operand w_down{a.w_down, a.w_down_stride_row, 0};
   // One GEMM over all T rows where every operand folds, else one batch per b.
   const bool fold = folds(p, a.hidden_stride_batch, a.hidden_stride_seq) &&
                     folds(p, latent.batch_stride, latent.ld) &&
@@ -143,9 +146,20 @@ Status run_cuda_gemm(const Problem& p, const Args& a, Stream stream) {
 
   // latent [rows, R] = hidden [rows, D] @ w_down [D, R]
   Status s = gemm(h->handle, p.dtype, batches, rows, p.rank, p.model_dim, hidden,
-                  {a.w_down, a.w_down_stride_row, 0}, latent_out, latent.ld, latent.batch_stride);
-  // out[0] [rows, N] = latent @ w_up_k; out[1] likewise with w_up_v.
+                  w_down, latent_out, latent.ld, latent.batch_stride);
+  // out[0] [rows, N] = latent @ w_up_k; out[1] likewise with w_up_v. As one GEMM batched over
+  // {w_up_k, w_up_v} where the rows fold and w_up_v sits a whole number of elements after w_up_k
+  // with the same row stride (one launch instead of two: the up projection's CTAs fill the GPU
+  // together), else two.
   char* out = static_cast<char*>(a.out);
+  const int64_t kv_gap =
+      static_cast<const char*>(a.w_up_v) - static_cast<const char*>(a.w_up_k);
+  if (s.ok() && fold && kv_gap > 0 && kv_gap % eb == 0 &&
+      a.w_up_k_stride_row == a.w_up_v_stride_row && a.out_stride_kv > 0) {
+    return gemm(h->handle, p.dtype, 2, rows, n, p.rank, {latent.data, latent.ld, 0},
+                {a.w_up_k, a.w_up_k_stride_row, kv_gap / eb}, out, a.out_stride_seq,
+                a.out_stride_kv);
+  }
   if (s.ok()) {
     s = gemm(h->handle, p.dtype, batches, rows, n, p.rank, latent,
              {a.w_up_k, a.w_up_k_stride_row, 0}, out, a.out_stride_seq, a.out_stride_batch);

@@ -346,6 +346,46 @@ TEST(GpuLayouts, Unaligned) {
   }
 }
 
+// cuda-gemm multiplies K and V as one batched GEMM when w_up_v sits a whole number of elements
+// after w_up_k with the same row stride, else as two GEMMs. Both weights are placed in one
+// allocation in either order, and with different row strides; each against float64.
+TEST(GpuGemm, KAndVWeightsInEitherOrderOrStride) {
+  SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    Problem p = shape(2, 7, 96, 24, 3, 16);
+    p.dtype = dtype;
+    const Expected e = expected_for(p);
+    struct Layout {
+      bool v_first;
+      int64_t k_row_pad;
+    };
+    for (const Layout layout : {Layout{false, 0}, Layout{true, 0}, Layout{false, 8}}) {
+      SCOPED_TRACE(std::string(to_string(dtype)) + (layout.v_first ? ", w_up_v first" : "") +
+                   ", w_up_k row pad " + std::to_string(layout.k_row_pad));
+      Args strides = padded_args(p, 0);
+      strides.w_up_k_stride_row += layout.k_row_pad;
+      const StridedBuffers host = strided_buffers(p, e.in, strides, /*with_latent=*/true);
+      DeviceCall dev;
+      dev.init(p, host, 0);
+      if (HasFatalFailure()) return;
+      DeviceTensor both;
+      CUDA_ASSERT(both.allocate(dev.w_up_k.bytes + dev.w_up_v.bytes, 0));
+      unsigned char* k = layout.v_first ? both.ptr + dev.w_up_v.bytes : both.ptr;
+      unsigned char* v = layout.v_first ? both.ptr : both.ptr + dev.w_up_k.bytes;
+      CUDA_ASSERT(cudaMemcpy(k, dev.w_up_k.ptr, dev.w_up_k.bytes, cudaMemcpyDeviceToDevice));
+      CUDA_ASSERT(cudaMemcpy(v, dev.w_up_v.ptr, dev.w_up_v.bytes, cudaMemcpyDeviceToDevice));
+      dev.args.w_up_k = k;
+      dev.args.w_up_v = v;
+      const Status s = run(p, dev.args, cuda_options(Strategy::kCudaGemm));
+      ASSERT_TRUE(s.ok()) << s.message();
+      CUDA_ASSERT(cudaDeviceSynchronize());
+      expect_output_matches(dev.out, p.dtype, host.out_offsets, e.out, e.out_tolerance, "out");
+      expect_output_matches(dev.latent, p.dtype, host.latent_offsets, e.latent,
+                            e.latent_tolerance, "latent");
+    }
+  }
+}
+
 // The founding case on the device, packed, with a latent output.
 class GpuSeedCall : public ::testing::Test {
  protected:

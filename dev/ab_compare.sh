@@ -25,7 +25,7 @@ for round in 1 2; do
   for v in "${variants[@]}"; do
     for preset in deepseek-v2-lite deepseek-v3; do
       /tmp/ab/$v/build-gpu/bench/latentkv-bench --preset $preset --tokens ${TOKENS:-1,4,16} \
-        --dtype bfloat16 --strategy ${STRATEGY:-cuda-decode} 2>/dev/null |
+        --dtype ${DTYPE:-bfloat16} --strategy ${STRATEGY:-cuda-decode} 2>/dev/null |
         grep -E "^deepseek.* (PASS|FAIL)" | awk -v v=$v -v r=$round '{print v, r, $1, $2, $5}'
     done
   done

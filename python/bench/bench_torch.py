@@ -20,6 +20,7 @@ Without a GPU it runs on the CPU backend (wall time only), as a smoke test.
 """
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -60,17 +61,24 @@ def python_registered_op():
 
 
 def wall_us(fn, iters, repeats, sync):
-    """Median over repeats of the mean per-call time of iters back-to-back calls."""
+    """Median over repeats of the mean per-call time of iters back-to-back calls. Python's cyclic
+    garbage collector is off while timing, as timeit does: its passes depend on how many objects
+    earlier variants left (torch.compile leaves many) and would land in whichever loop runs next."""
     for _ in range(max(iters // 10, 3)):
         fn()
     sync()
     samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        sync()
-        samples.append((time.perf_counter() - start) / iters * 1e6)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            sync()
+            samples.append((time.perf_counter() - start) / iters * 1e6)
+    finally:
+        gc.enable()
     return statistics.median(samples)
 
 

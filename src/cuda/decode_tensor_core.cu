@@ -755,17 +755,17 @@ Status cuda_decode_tc_fits(const Problem& p) {
   return Status::Ok();
 }
 
-// Measured on an H200, bf16, against cuda-gemm (docs/perf-notes.md, 2026-11-29): DeepSeek-V2-Lite
-// (6.3 MB of weights) 7.5 / 7.9 / 8.1 / 8.6 / 10.1 us for T = 1 / 2 / 4 / 8 / 16 against
-// 11.9-12.1; DeepSeek-V3 (41 MB) 19.0 / 19.9 / 20.8 / 26.3 / 35.7 against 19.6-20.4. With large
-// weights and more than one token the up tiles' MMA loop (the A operand re-read from shared
-// memory per tile, two stages in flight) no longer hides under the weight stream, and cuBLAS's
-// GEMV-shaped kernels stream as fast; so: small weights (<= 16 MB, the bound measured on the small
-// side) at any T <= 16, large ones at T = 1 only.
+// Measured on an H200, bf16, against cuda-gemm with K and V as one batched GEMM (docs/perf-notes.md,
+// 2026-11-29, session 5): DeepSeek-V2-Lite (6.3 MB of weights) 7.5 / 8.0 / 8.1 / 9.0 / 10.1 us for
+// T = 1 / 2 / 4 / 8 / 16 against 9.0-9.2; DeepSeek-V3 (41 MB) 18.9 / 19.8 / 20.7 / 26.0 / 35.7
+// against 17.1-17.9. The chain of one cooperative kernel (launch, w_down, grid barrier, gather, up
+// tiles) beats cuBLAS's two launches only while the weights are small and the A operand's
+// re-reads per up tile are few; so: weights <= 16 MB and T <= 8.
 bool cuda_decode_tc_preferred(const Problem& p) {
   constexpr int64_t kSmallWeightBytes = int64_t{16} << 20;
+  constexpr int64_t kMaxPreferredTokens = 8;
   if (!cuda_decode_tc_fits(p).ok()) return false;  // also bounds the sizes multiplied below
-  return weight_bytes(p) <= kSmallWeightBytes || p.tokens() == 1;
+  return weight_bytes(p) <= kSmallWeightBytes && p.tokens() <= kMaxPreferredTokens;
 }
 
 Status run_cuda_decode_tc(const Problem& p, const Args& a, Stream stream) {

@@ -1,6 +1,7 @@
-// The cuBLAS strategy (Strategy::kCudaGemm): latent = hidden @ w_down, then K and V as two GEMMs
-// whose C matrices are out[0] and out[1] themselves, so the stack copy that PyTorch eager pays
-// (about 30% of DeepSeek-V3 prefill) never happens. float32 runs on FFMA (CUBLAS_COMPUTE_32F, no
+// The cuBLAS strategy (Strategy::kCudaGemm): latent = hidden @ w_down, then K and V as GEMMs
+// whose C matrices are out[0] and out[1] themselves (one batched GEMM for both where the weights
+// allow it), so the stack copy that PyTorch eager pays (about 30% of DeepSeek-V3 prefill) never
+// happens. float32 runs on FFMA (CUBLAS_COMPUTE_32F, no
 // TF32); bfloat16/float16 on tensor cores with float32 accumulation. The latent is written to
 // args.latent when the caller asks for it, else to args.workspace.
 //
@@ -147,14 +148,16 @@ Status run_cuda_gemm(const Problem& p, const Args& a, Stream stream) {
   // latent [rows, R] = hidden [rows, D] @ w_down [D, R]
   Status s = gemm(h->handle, p.dtype, batches, rows, p.rank, p.model_dim, hidden,
                   w_down, latent_out, latent.ld, latent.batch_stride);
-  // out[0] [rows, N] = latent @ w_up_k; out[1] likewise with w_up_v. As one GEMM batched over
-  // {w_up_k, w_up_v} where the rows fold and w_up_v sits a whole number of elements after w_up_k
-  // with the same row stride (one launch instead of two: the up projection's CTAs fill the GPU
-  // together), else two.
+  // out[0] [rows, N] = latent @ w_up_k; out[1] likewise with w_up_v. For bf16/fp16, as one GEMM
+  // batched over {w_up_k, w_up_v} where the rows fold and w_up_v sits a whole number of elements
+  // after w_up_k with the same row stride: one launch instead of two, the up projection's CTAs
+  // fill the GPU together (measured on an H200, docs/perf-notes.md: 2.5-3 us less at every
+  // DeepSeek size from T = 1 to 8192). float32 keeps two GEMMs: there cuBLAS's batched FFMA
+  // kernels were faster at some sizes and slower at others (V2-Lite T = 2: 26.8 against 21.6 us).
   char* out = static_cast<char*>(a.out);
   const int64_t kv_gap =
       static_cast<const char*>(a.w_up_v) - static_cast<const char*>(a.w_up_k);
-  if (s.ok() && fold && kv_gap > 0 && kv_gap % eb == 0 &&
+  if (s.ok() && p.dtype != DType::kFloat32 && fold && kv_gap > 0 && kv_gap % eb == 0 &&
       a.w_up_k_stride_row == a.w_up_v_stride_row && a.out_stride_kv > 0) {
     return gemm(h->handle, p.dtype, 2, rows, n, p.rank, {latent.data, latent.ld, 0},
                 {a.w_up_k, a.w_up_k_stride_row, kv_gap / eb}, out, a.out_stride_seq,

@@ -82,6 +82,31 @@ def wall_us(fn, iters, repeats, sync):
     return statistics.median(samples)
 
 
+def interleaved_wall_us(fns, iters, repeats, sync):
+    """wall_us for several variants, their samples taken in rounds (one block of iters calls of
+    each per round), so that no variant inherits the state another left behind (measured: the
+    module timed right after the eager reference's CUDA-graph capture read up to 5 us slower than
+    the same call timed later in the run)."""
+    for fn in fns.values():
+        for _ in range(max(iters // 10, 3)):
+            fn()
+    sync()
+    samples = {key: [] for key in fns}
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            for key, fn in fns.items():
+                start = time.perf_counter()
+                for _ in range(iters):
+                    fn()
+                sync()
+                samples[key].append((time.perf_counter() - start) / iters * 1e6)
+    finally:
+        gc.enable()
+    return {key: statistics.median(values) for key, values in samples.items()}
+
+
 def graph_us(fn, calls_per_graph, replays):
     """GPU time per call: calls_per_graph calls captured in one CUDA graph, replayed."""
     side = torch.cuda.Stream()
@@ -146,8 +171,10 @@ def bench_case(name, dtype_name, args, device, op_python, op_cpp):
         variants["compiled"] = compiled
     big = b * s * d * r > 2**26  # fewer iterations for the large presets
     iters = max(args.iters // (10 if big else 1), 20)
+    walls = interleaved_wall_us({key: (lambda fn=fn: fn(x)) for key, fn in variants.items()},
+                                iters, args.repeats, sync)
     for key, fn in variants.items():
-        row[f"wall_{key}_us"] = wall_us(lambda: fn(x), iters, args.repeats, sync)
+        row[f"wall_{key}_us"] = walls[key]
         if cuda:
             try:
                 row[f"gpu_{key}_us"] = graph_us(lambda: fn(x), args.graph_calls, args.replays)

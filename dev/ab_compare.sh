@@ -3,6 +3,7 @@
 # $PATCHES applied (B, C, ...; patches against the working tree, kept in the ignored .carry/), and
 # prints cuda-decode against cuda-gemm for each at the DeepSeek sizes. Run-to-run differences
 # between GPU machines (~0.3-0.5 us here) are as large as the effects measured, hence one machine.
+# TESTS=<gtest filter> also builds and runs the working tree's GPU tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -17,12 +18,24 @@ for patch in ${PATCHES:-}; do
   variants+=("$name")
 done
 for v in "${variants[@]}"; do
+  tests=OFF; [ "$v" = A ] && [ -n "${TESTS:-}" ] && tests=ON
   (cd /tmp/ab/$v && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-     -DLATENTKV_BUILD_TESTS=OFF > "$OUT/build_$v.log" 2>&1 &&
-   cmake --build build-gpu --target latentkv-bench >> "$OUT/build_$v.log" 2>&1) || { echo "build $v failed"; tail -20 "$OUT/build_$v.log"; exit 1; }
+     -DLATENTKV_BUILD_TESTS=$tests > "$OUT/build_$v.log" 2>&1 &&
+   cmake --build build-gpu >> "$OUT/build_$v.log" 2>&1) || { echo "build $v failed"; tail -20 "$OUT/build_$v.log"; exit 1; }
 done
+# TESTS=<gtest filter>: the working tree's GPU tests, before the timings.
+if [ -n "${TESTS:-}" ]; then
+  t=$(find /tmp/ab/A/build-gpu -name latentkv_test_gpu -type f | head -1)
+  timeout 240 "$t" --gtest_brief=1 --gtest_filter="$TESTS" > "$OUT/test_A.log" 2>&1
+  echo "tests A rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_A.log" | tr '\n' ' ')"
+  grep -m 10 -A 8 "Failure" "$OUT/test_A.log" | head -40
+fi
+# Two rounds, the second in reverse order: a run's position can matter by ~1 us (seen at V2-Lite
+# T=1024 with identical code in A and B), so a difference that flips with the order is noise.
+reversed=(); for ((j=${#variants[@]}-1; j>=0; j--)); do reversed+=("${variants[$j]}"); done
 for round in 1 2; do
-  for v in "${variants[@]}"; do
+  order=("${variants[@]}"); [ $round = 2 ] && order=("${reversed[@]}")
+  for v in "${order[@]}"; do
     for preset in deepseek-v2-lite deepseek-v3; do
       /tmp/ab/$v/build-gpu/bench/latentkv-bench --preset $preset --tokens ${TOKENS:-1,4,16} \
         --dtype ${DTYPE:-bfloat16} --strategy ${STRATEGY:-cuda-decode} 2>/dev/null |

@@ -412,7 +412,17 @@ Status run(const Problem& problem, const Args& args, const Options& options) {
     case Strategy::kCpuBlocked: return detail::run_cpu_blocked(problem, args);
     case Strategy::kCudaFused: return detail::run_cuda_fused(problem, args, options.stream);
     case Strategy::kCudaGemm: return detail::run_cuda_gemm(problem, args, options.stream);
-    case Strategy::kCudaDecode: return detail::run_cuda_decode(problem, args, options.stream);
+    case Strategy::kCudaDecode: {
+      const Status decoded = detail::run_cuda_decode(problem, args, options.stream);
+      // kAuto's choice refused at launch, having enqueued nothing (the bf16/fp16 kernel is a
+      // cooperative launch, one block on every SM at once, which fewer available SMs than the
+      // device reports cannot take): cuda-gemm takes the call where it can.
+      if (decoded.code() == StatusCode::kUnsupported && options.strategy == Strategy::kAuto &&
+          detail::cuda_gemm_supports(problem, args).ok()) {
+        return detail::run_cuda_gemm(problem, args, options.stream);
+      }
+      return decoded;
+    }
     case Strategy::kAuto: break;
   }
   return {StatusCode::kUnsupported, "no strategy takes " + problem.to_string()};

@@ -118,7 +118,9 @@ enum class Strategy {
   kCudaDecode,  // CUDA: few tokens (<= 16) and large weights: the weights streamed over every SM
                 // (float32: three FFMA launches chained by programmatic dependent launch;
                 // bf16/fp16: one cooperative launch on tensor cores, a block on every SM at
-                // once, so it does not run beside other kernels); needs the workspace
+                // once, so it does not run beside other kernels; where fewer SMs are available
+                // than the device reports (MPS limits, green contexts) the launch is refused
+                // with kUnsupported, and kAuto runs cuda-gemm instead); needs the workspace
 };
 const char* to_string(Strategy strategy);
 

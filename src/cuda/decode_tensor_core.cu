@@ -696,8 +696,16 @@ Status launch(const Problem& p, const Args& a, Stream stream, const DeviceFacts&
   config.stream = stream;
   config.attrs = cooperative;
   config.numAttrs = 1;
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, decode_kernel<E, kUpCols>, k));
-  return Status::Ok();
+  const cudaError_t launched = cudaLaunchKernelEx(&config, decode_kernel<E, kUpCols>, k);
+  if (launched == cudaErrorCooperativeLaunchTooLarge) {
+    cudaGetLastError();  // not sticky, and nothing was enqueued: clear it for the caller
+    return {StatusCode::kUnsupported,
+            "cuda-decode: the cooperative launch of " + std::to_string(grid) +
+                " blocks was refused: fewer SMs can hold a block at once than the device "
+                "reports (an MPS active-thread limit, a green context, or other kernels' shared "
+                "memory)"};
+  }
+  return cuda_status(launched, "cudaLaunchKernelEx(decode_kernel, cooperative)");
 }
 
 // The up tiles' width: 64 columns (128-byte weight rows) once there are enough tiles for several

@@ -495,12 +495,16 @@ Status cuda_fused_supports(const Problem& p) {
 }
 
 // Measured on one H200 (2026-11-29, docs/perf-notes.md): at the founding dims the fused kernel
-// beats cuBLAS up to about two thousand tokens (T=733: 10.5 us vs 14.8; T=6144: 35 vs 23.7); with
-// DeepSeek-sized weights every token tile re-reads megabytes of weights and cuBLAS wins at any
-// token count (V2-Lite T=64: 201 us vs 30).
+// beats cuBLAS up to about 1400 tokens (T = 384 / 1024 / 2048 / 4096: 5.95 / 10.7 / 14.3 / 26.6 us
+// against 10.9 / 11.7 / 12.6 / 18.5), and larger weights move the crossover down (every token
+// tile re-reads them); with DeepSeek-sized weights cuBLAS wins at any token count (V2-Lite T=64:
+// 201 us vs 30). So: small weights and T <= 1024.
 bool cuda_fused_preferred(const Problem& p) {
+  constexpr int64_t kMaxWeightFloats = int64_t{64} << 10;
+  constexpr int64_t kMaxPreferredTokens = 1024;
   const int64_t weight_floats = p.model_dim * p.rank + 2 * p.rank * p.kv_width();
-  return p.dtype == DType::kFloat32 && weight_floats <= (int64_t{64} << 10) && p.tokens() <= 2048;
+  return p.dtype == DType::kFloat32 && weight_floats <= kMaxWeightFloats &&
+         p.tokens() <= kMaxPreferredTokens;
 }
 
 Status run_cuda_fused(const Problem& p, const Args& a, Stream stream) {

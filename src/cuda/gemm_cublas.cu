@@ -1,9 +1,9 @@
 // The cuBLAS strategy (Strategy::kCudaGemm): latent = hidden @ w_down, then K and V as GEMMs
 // whose C matrices are out[0] and out[1] themselves (one batched GEMM for both where the weights
 // allow it), so the stack copy that PyTorch eager pays (about 30% of DeepSeek-V3 prefill) never
-// happens. float32 runs on FFMA (CUBLAS_COMPUTE_32F, no
-// TF32); bfloat16/float16 on tensor cores with float32 accumulation. The latent is written to
-// args.latent when the caller asks for it, else to args.workspace.
+// happens. float32 runs on FFMA (CUBLAS_COMPUTE_32F, no TF32); bfloat16/float16 on tensor cores
+// with float32 accumulation. The latent is written to args.latent when the caller asks for it,
+// else to args.workspace.
 //
 // Row-major C[M,N] = A[M,K] B[K,N] is the column-major product C^T = B^T A^T, so every call passes
 // (B, A) with the row strides as leading dimensions. Batches whose rows are not evenly strided

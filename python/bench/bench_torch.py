@@ -86,7 +86,7 @@ def interleaved_wall_us(fns, iters, repeats, sync):
     """wall_us for several variants, their samples taken in rounds (one block of iters calls of
     each per round), so that no variant inherits the state another left behind (measured: the
     module timed right after the eager reference's CUDA-graph capture read up to 5 us slower than
-    the same call timed later in the run)."""
+    the same call timed later in the run). Returns {key: (median, min, max)} over the rounds."""
     for fn in fns.values():
         for _ in range(max(iters // 10, 3)):
             fn()
@@ -104,7 +104,7 @@ def interleaved_wall_us(fns, iters, repeats, sync):
                 samples[key].append((time.perf_counter() - start) / iters * 1e6)
     finally:
         gc.enable()
-    return {key: statistics.median(values) for key, values in samples.items()}
+    return {key: (statistics.median(v), min(v), max(v)) for key, v in samples.items()}
 
 
 def graph_us(fn, calls_per_graph, replays):
@@ -174,7 +174,7 @@ def bench_case(name, dtype_name, args, device, op_python, op_cpp):
     walls = interleaved_wall_us({key: (lambda fn=fn: fn(x)) for key, fn in variants.items()},
                                 iters, args.repeats, sync)
     for key, fn in variants.items():
-        row[f"wall_{key}_us"] = walls[key]
+        row[f"wall_{key}_us"], row[f"wall_{key}_min_us"], row[f"wall_{key}_max_us"] = walls[key]
         if cuda:
             try:
                 row[f"gpu_{key}_us"] = graph_us(lambda: fn(x), args.graph_calls, args.replays)
@@ -259,7 +259,9 @@ def print_table(rows, device):
                      and "unsupported" not in r), None)
     if founding is not None and device == "cuda":
         call, noop = founding["wall_latentkv_us"], founding["layer_noop_binding_us"]
+        spread = (founding["wall_latentkv_min_us"], founding["wall_latentkv_max_us"])
         print(f"\nissue 4 targets (founding, fp32): module call {call:.2f} us "
+              f"(rounds {spread[0]:.2f}-{spread[1]:.2f}) "
               f"({'meets' if call <= TARGET_CALL_US else 'MISSES'} <= {TARGET_CALL_US:g}); "
               f"binding overhead {noop:.2f} us "
               f"({'meets' if noop < TARGET_BINDING_US else 'MISSES'} < {TARGET_BINDING_US:g})")

@@ -237,13 +237,16 @@ def kv_proj(hidden, w_down, w_up_k, w_up_v, num_heads, *, latent_out=None):
             return op(hidden, w_down, w_up_k, w_up_v, num_heads)
         op = _op_with_latent if compiling else _op_with_latent_entry
         return op(hidden, w_down, w_up_k, w_up_v, num_heads, latent_out)
-    except RuntimeError as e:
-        # The dispatcher's schema check: say which argument is not a tensor, as a TypeError.
-        named = {"w_down": w_down, "w_up_k": w_up_k, "w_up_v": w_up_v, "latent_out": latent_out}
+    except (RuntimeError, NotImplementedError) as e:
+        # The dispatcher's schema check (RuntimeError), or no tensor to dispatch on at all
+        # (NotImplementedError): say which argument is not a tensor, as a TypeError.
+        named = {"hidden": hidden, "w_down": w_down, "w_up_k": w_up_k, "w_up_v": w_up_v,
+                 "latent_out": latent_out}
         for name, value in named.items():
-            if value is not None and not isinstance(value, torch.Tensor):
+            if (value is not None or name == "hidden") and not isinstance(value, torch.Tensor):
+                like = "" if name == "hidden" else " like hidden"
                 raise TypeError(
-                    f"{name}: expected a torch.Tensor like hidden, got {type(value).__name__}"
+                    f"{name}: expected a torch.Tensor{like}, got {type(value).__name__}"
                 ) from e
         raise
 

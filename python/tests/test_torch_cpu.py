@@ -344,3 +344,16 @@ def test_module_under_dispatch_modes_goes_through_the_op():
     with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
         fake = module(mode.from_tensor(x))
     assert fake.shape == (2, 3, 2, 2, 4)
+
+
+def test_torch_kv_proj_names_the_argument_that_is_not_a_tensor():
+    """latentkv.torch.kv_proj goes through the dispatcher, whose refusals of non-tensors
+    (RuntimeError, or NotImplementedError when no argument is a tensor) become TypeErrors that
+    name the argument."""
+    hidden, w_down, w_up_k, w_up_v = torch_inputs((2, 3, 8, 4, 2, 2), seed=4)
+    with pytest.raises(TypeError, match="hidden: expected a torch.Tensor, got ndarray"):
+        lt.kv_proj(hidden.numpy(), w_down, w_up_k, w_up_v, 2)
+    with pytest.raises(TypeError, match="hidden: expected a torch.Tensor, got ndarray"):
+        lt.kv_proj(*(t.numpy() for t in (hidden, w_down, w_up_k, w_up_v)), 2)
+    with pytest.raises(TypeError, match="w_up_k: expected a torch.Tensor like hidden, got list"):
+        lt.kv_proj(hidden, w_down, [1.0], w_up_v, 2)

@@ -254,9 +254,10 @@ def kv_proj(hidden, w_down, w_up_k, w_up_v, num_heads, *, latent_out=None):
 def reference_kv_proj(hidden, w_down, w_up_k, w_up_v, num_heads):
     """The unfused computation of the reference module (three matmuls and a stack)."""
     b, s, _ = hidden.shape
+    head_dim = w_up_k.shape[-1] // num_heads  # not -1 in view: ambiguous for an empty batch
     latent = hidden @ w_down
-    k = (latent @ w_up_k).view(b, s, num_heads, -1)
-    v = (latent @ w_up_v).view(b, s, num_heads, -1)
+    k = (latent @ w_up_k).view(b, s, num_heads, head_dim)
+    v = (latent @ w_up_v).view(b, s, num_heads, head_dim)
     return torch.stack([k, v], dim=0)
 
 

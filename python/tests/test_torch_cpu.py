@@ -293,6 +293,16 @@ def test_training_falls_back_to_differentiable_math():
         torch.testing.assert_close(a.grad, b.grad, msg=name)
 
 
+def test_training_with_an_empty_batch_matches_the_reference():
+    ref = ReferenceKVProjection(24, 6, 2, 4)
+    ours = lt.LatentKVProjection(24, 6, 2, 4)
+    ours.load_state_dict(ref.state_dict())
+    for shape in ((0, 3, 24), (2, 0, 24)):
+        x = torch.randn(shape)
+        want, got = ref(x), ours(x)
+        assert got.shape == want.shape == (2, *shape[:2], 2, 4)
+
+
 def test_module_repr_and_validation():
     assert "num_heads=4" in repr(lt.LatentKVProjection(8, 4, 4, 2))
     with pytest.raises(ValueError, match="rank = 0 must be positive"):

@@ -336,7 +336,7 @@ Status choose(const Problem& p, const Args& a, const Options& o, Strategy* chose
                                                 " does not run on options.backend = cuda"};
   }
   // The preferred strategy when the call's arguments suit it, then whatever takes the call (no
-  // workspace, heads not packed, unaligned weights).
+  // workspace, unaligned weights).
   const Strategy preferred = preferred_cuda_strategy(p);
   if (preferred == Strategy::kCudaFused) {
     *chosen = Strategy::kCudaFused;

@@ -19,8 +19,8 @@ Status run_cuda_fused(const Problem& problem, const Args& args, Stream stream);
 // The fused kernel is the faster strategy for this float32 problem (few tokens, small weights).
 bool cuda_fused_preferred(const Problem& problem);
 
-// cuBLAS strategy (src/cuda/gemm_cublas.cu): all dtypes; needs a (T, N) matrix view of each output
-// half (heads packed) and somewhere to put the latent.
+// cuBLAS strategy (src/cuda/gemm_cublas.cu): all dtypes and layouts; needs somewhere to put the
+// latent (args.latent or the workspace).
 int64_t cuda_gemm_workspace_size(const Problem& problem);
 Status cuda_gemm_supports(const Problem& problem, const Args& args);
 Status run_cuda_gemm(const Problem& problem, const Args& args, Stream stream);

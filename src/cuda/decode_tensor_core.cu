@@ -30,7 +30,6 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <array>
 #include <climits>
 #include <cstdint>
 #include <mutex>
@@ -39,6 +38,7 @@
 
 #include "backends.h"
 #include "cuda/cuda_check.h"
+#include "cuda/device_facts.h"
 #include "cuda/kernel_args.h"
 
 namespace latentkv::detail {
@@ -545,14 +545,6 @@ Smem smem_plan(const Problem& p, int cols, int stages) {
           static_cast<int>(p.rank)};
 }
 
-// Per device, read once (run() is on the hot path): SMs and the opt-in shared-memory limit
-// (227 KB on Hopper), to which the kernels are opted in at the same time.
-struct DeviceFacts {
-  int sm_count = 0;
-  size_t smem_optin = 0;
-  Status status;
-};
-
 template <typename E>
 cudaError_t opt_in(int bytes) {
   cudaError_t err = cudaFuncSetAttribute(decode_kernel<E, kNarrowUpCols>,
@@ -562,34 +554,28 @@ cudaError_t opt_in(int bytes) {
                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
-Status current_device_facts(const DeviceFacts** out) {
-  static std::array<std::once_flag, kMaxTrackedDevices> once;
-  static std::array<DeviceFacts, kMaxTrackedDevices> facts;
-  int device = 0;
-  if (Status tracked = current_tracked_device(&device); !tracked.ok()) return tracked;
-  std::call_once(once[device], [device] {
-    const RelaxedCaptureScope relaxed;
-    DeviceFacts& f = facts[device];
-    int optin = 0, cooperative = 0;
-    cudaError_t err = cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount, device);
-    if (err == cudaSuccess) {
-      err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    }
+// The per-device setup (device_facts.h): cooperative launches supported, every variant opted in
+// to the device's shared-memory limit.
+struct DecodeKernels {
+  static Status setup(const DeviceFacts& f) {
+    int device = 0, cooperative = 0;
+    cudaError_t err = cudaGetDevice(&device);
     if (err == cudaSuccess) {
       err = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device);
     }
-    if (err == cudaSuccess) err = opt_in<__nv_bfloat16>(optin);
-    if (err == cudaSuccess) err = opt_in<__half>(optin);
-    f.status = cuda_status(err, "cuda-decode: device attributes and shared-memory opt-in");
-    if (f.status.ok() && cooperative == 0) {
-      f.status = {StatusCode::kUnsupported,
-                  "cuda-decode: the device does not support cooperative launches"};
+    const int bytes = static_cast<int>(f.smem_optin);
+    if (err == cudaSuccess) err = opt_in<__nv_bfloat16>(bytes);
+    if (err == cudaSuccess) err = opt_in<__half>(bytes);
+    if (err != cudaSuccess) {
+      return cuda_status(err, "cuda-decode: device attributes and shared-memory opt-in");
     }
-    f.smem_optin = static_cast<size_t>(optin);
-  });
-  *out = &facts[device];
-  return (*out)->status;
-}
+    if (cooperative == 0) {
+      return {StatusCode::kUnsupported,
+              "cuda-decode: the device does not support cooperative launches"};
+    }
+    return Status::Ok();
+  }
+};
 
 // Hopper's opt-in limit, for the device-free size check (the launch checks the device's own).
 constexpr size_t kHopperSmemBytes = 227 * 1024;
@@ -714,7 +700,7 @@ Status launch(const Problem& p, const Args& a, Stream stream, const DeviceFacts&
 template <typename E>
 Status launch_for_width(const Problem& p, const Args& a, Stream stream) {
   const DeviceFacts* facts = nullptr;
-  if (Status queried = current_device_facts(&facts); !queried.ok()) return queried;
+  if (Status queried = current_device_facts<DecodeKernels>(&facts); !queried.ok()) return queried;
   if (up_tiles(p, kWideUpCols) >= kWideTilesPerSm * facts->sm_count &&
       smem_plan(p, kWideUpCols, 1).bytes() <= facts->smem_optin) {
     return launch<E, kWideUpCols>(p, a, stream, *facts);

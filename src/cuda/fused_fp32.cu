@@ -15,13 +15,12 @@
 // projection) or the output (up projection).
 #include <cuda_runtime.h>
 
-#include <array>
 #include <climits>
-#include <mutex>
 #include <string>
 
 #include "backends.h"
 #include "cuda/cuda_check.h"
+#include "cuda/device_facts.h"
 #include "cuda/kernel_args.h"
 
 namespace latentkv::detail {
@@ -352,15 +351,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   }
 }
 
-// Per-device facts, read once: run() must not query attributes on every call. The opt-in to more
-// than 48 KB of dynamic shared memory is likewise done once per device and kernel.
-struct DeviceFacts {
-  int sm_count = 0;
-  size_t smem_optin = 0;
-  Status status;
-};
-
-
 template <typename Config>
 Status allow_max_smem(int bytes) {
   return cuda_status(cudaFuncSetAttribute(fused_kv_proj_fp32_kernel<Config>,
@@ -368,34 +358,15 @@ Status allow_max_smem(int bytes) {
                      "cudaFuncSetAttribute(fused_kv_proj_fp32_kernel, MaxDynamicSharedMemorySize)");
 }
 
-const DeviceFacts& device_facts(int device) {
-  static std::array<std::once_flag, kMaxTrackedDevices> once;
-  static std::array<DeviceFacts, kMaxTrackedDevices> facts;
-  std::call_once(once[device], [device] {
-    const RelaxedCaptureScope relaxed;
-    DeviceFacts& f = facts[device];
-    int smem = 0;
-    f.status = cuda_status(
-        cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount, device),
-        "cudaDeviceGetAttribute(MultiProcessorCount)");
-    if (f.status.ok()) {
-      f.status = cuda_status(
-          cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-          "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
-    }
-    f.smem_optin = static_cast<size_t>(smem);
-    if (f.status.ok()) f.status = allow_max_smem<kStreamConfig>(smem);
-    if (f.status.ok()) f.status = allow_max_smem<kResidentConfig>(smem);
-  });
-  return facts[device];
-}
-
-Status current_device_facts(const DeviceFacts** out) {
-  int device = 0;
-  if (Status tracked = current_tracked_device(&device); !tracked.ok()) return tracked;
-  *out = &device_facts(device);
-  return (*out)->status;
-}
+// The per-device setup (device_facts.h): both configurations opted in to the device's limit.
+struct FusedKernels {
+  static Status setup(const DeviceFacts& f) {
+    const int bytes = static_cast<int>(f.smem_optin);
+    Status s = allow_max_smem<kStreamConfig>(bytes);
+    if (s.ok()) s = allow_max_smem<kResidentConfig>(bytes);
+    return s;
+  }
+};
 
 template <typename Config>
 size_t smem_bytes(const Problem& p) {
@@ -482,7 +453,7 @@ Status cuda_fused_supports(const Problem& p) {
     }
   }
   const DeviceFacts* f = nullptr;
-  if (Status s = current_device_facts(&f); !s.ok()) return s;
+  if (Status s = current_device_facts<FusedKernels>(&f); !s.ok()) return s;
   const size_t need = smem_bytes<kStreamConfig>(p);
   if (need > f->smem_optin) {
     return {StatusCode::kUnsupported,
@@ -509,7 +480,7 @@ bool cuda_fused_preferred(const Problem& p) {
 
 Status run_cuda_fused(const Problem& p, const Args& a, Stream stream) {
   const DeviceFacts* f = nullptr;
-  if (Status s = current_device_facts(&f); !s.ok()) return s;
+  if (Status s = current_device_facts<FusedKernels>(&f); !s.ok()) return s;
   if (use_resident(p, *f)) return launch<kResidentConfig>(p, a, *f, stream);
   return launch<kStreamConfig>(p, a, *f, stream);
 }

@@ -7,7 +7,8 @@
 //
 // Row-major C[M,N] = A[M,K] B[K,N] is the column-major product C^T = B^T A^T, so every call passes
 // (B, A) with the row strides as leading dimensions. Batches whose rows are not evenly strided
-// across the batch dimension run as a strided-batched GEMM over B.
+// across the batch dimension run as a strided-batched GEMM over B; an output whose heads are not
+// packed (out_stride_head > Dh) as one batched over the heads (UpProjection).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -103,6 +104,53 @@ bool folds(const Problem& p, int64_t stride_batch, int64_t stride_seq) {
   return p.batch == 1 || stride_batch == p.seq * stride_seq;
 }
 
+// One output half: out_half[b, s, h, :] (Dh) = latent[b, s, :] (R) @ w[:, h*Dh : (h+1)*Dh].
+// Packed heads make a token's N outputs one row, so the half is a (rows, N) GEMM (one over all T
+// rows where the latent and the output fold, else batched over b). Unpacked heads (a padded head
+// stride) make each head its own (rows, Dh) product: batched over heads with C's batch stride =
+// out_stride_head and B's = Dh columns of w; where the rows do not fold either, the smaller of B
+// and H is looped over and the larger batched.
+struct UpProjection {
+  const Problem& p;
+  const Args& a;
+  Operand latent;
+  bool rows_fold;
+
+  bool heads_packed() const { return p.heads == 1 || a.out_stride_head == p.head_dim; }
+
+  Status run(cublasHandle_t handle, Operand w, char* out_half) const {
+    const int64_t eb = element_size(p.dtype);
+    if (heads_packed()) {
+      return gemm(handle, p.dtype, rows_fold ? 1 : p.batch, rows_fold ? p.tokens() : p.seq,
+                  p.kv_width(), p.rank, latent, w, out_half, a.out_stride_seq,
+                  a.out_stride_batch);
+    }
+    const Operand w_heads{w.data, w.ld, p.head_dim};
+    if (rows_fold) {
+      return gemm(handle, p.dtype, p.heads, p.tokens(), p.head_dim, p.rank,
+                  {latent.data, latent.ld, 0}, w_heads, out_half, a.out_stride_seq,
+                  a.out_stride_head);
+    }
+    const char* latent_bytes = static_cast<const char*>(latent.data);
+    const char* w_bytes = static_cast<const char*>(w.data);
+    Status s;
+    if (p.heads >= p.batch) {
+      for (int64_t b = 0; b < p.batch && s.ok(); ++b) {
+        s = gemm(handle, p.dtype, p.heads, p.seq, p.head_dim, p.rank,
+                 {latent_bytes + b * latent.batch_stride * eb, latent.ld, 0}, w_heads,
+                 out_half + b * a.out_stride_batch * eb, a.out_stride_seq, a.out_stride_head);
+      }
+      return s;
+    }
+    for (int64_t head = 0; head < p.heads && s.ok(); ++head) {
+      s = gemm(handle, p.dtype, p.batch, p.seq, p.head_dim, p.rank, latent,
+               {w_bytes + head * p.head_dim * eb, w.ld, 0}, out_half + head * a.out_stride_head * eb,
+               a.out_stride_seq, a.out_stride_batch);
+    }
+    return s;
+  }
+};
+
 }  // namespace
 
 int64_t cuda_gemm_workspace_size(const Problem& p) {
@@ -110,12 +158,6 @@ int64_t cuda_gemm_workspace_size(const Problem& p) {
 }
 
 Status cuda_gemm_supports(const Problem& p, const Args& a) {
-  if (a.out_stride_head != p.head_dim && p.heads > 1) {
-    return {StatusCode::kUnsupported,
-            "args.out_stride_head = " + std::to_string(a.out_stride_head) +
-                " != head_dim: cuda-gemm writes each output half as one (tokens, heads * head_dim) "
-                "matrix, so the heads must be packed"};
-  }
   if (a.latent == nullptr && a.workspace_bytes < cuda_gemm_workspace_size(p)) {
     return {StatusCode::kInvalidArgument,
             "args.workspace_bytes = " + std::to_string(a.workspace_bytes) +
@@ -132,46 +174,38 @@ Status run_cuda_gemm(const Problem& p, const Args& a, Stream stream) {
   if (Status s = cublas_status(cublasSetStream(h->handle, stream), "cublasSetStream"); !s.ok()) {
     return s;
   }
-  const int64_t n = p.kv_width(), eb = element_size(p.dtype);
+  const int64_t eb = element_size(p.dtype);
   Operand latent{a.latent, a.latent_stride_seq, a.latent_stride_batch};
   if (a.latent == nullptr) latent = {a.workspace, p.rank, p.seq * p.rank};  // [B, S, R] packed
-  void* latent_out = const_cast<void*>(latent.data);
+  const bool latent_folds = folds(p, latent.batch_stride, latent.ld);
 
-  const Operand hidden{a.hidden, a.hidden_stride_seq, a.hidden_stride_batch};
-  const Operand w_down{a.w_down, a.w_down_stride_row, 0};
-  // One GEMM over all T rows where every operand folds, else one batch per b.
-  const bool fold = folds(p, a.hidden_stride_batch, a.hidden_stride_seq) &&
-                    folds(p, latent.batch_stride, latent.ld) &&
-                    folds(p, a.out_stride_batch, a.out_stride_seq);
-  const int64_t batches = fold ? 1 : p.batch, rows = fold ? p.tokens() : p.seq;
+  // latent [rows, R] = hidden [rows, D] @ w_down [D, R]: one GEMM over all T rows where hidden
+  // and the latent fold, else one batch per b.
+  const bool down_folds = latent_folds && folds(p, a.hidden_stride_batch, a.hidden_stride_seq);
+  Status s = gemm(h->handle, p.dtype, down_folds ? 1 : p.batch, down_folds ? p.tokens() : p.seq,
+                  p.rank, p.model_dim, {a.hidden, a.hidden_stride_seq, a.hidden_stride_batch},
+                  {a.w_down, a.w_down_stride_row, 0}, const_cast<void*>(latent.data), latent.ld,
+                  latent.batch_stride);
+  if (!s.ok()) return s;
 
-  // latent [rows, R] = hidden [rows, D] @ w_down [D, R]
-  Status s = gemm(h->handle, p.dtype, batches, rows, p.rank, p.model_dim, hidden,
-                  w_down, latent_out, latent.ld, latent.batch_stride);
-  // out[0] [rows, N] = latent @ w_up_k; out[1] likewise with w_up_v. For bf16/fp16, as one GEMM
-  // batched over {w_up_k, w_up_v} where the rows fold and w_up_v sits a whole number of elements
-  // after w_up_k with the same row stride: one launch instead of two, the up projection's CTAs
-  // fill the GPU together (measured on an H200, docs/perf-notes.md: 2.5-3 us less at every
+  const UpProjection up{p, a, latent, latent_folds && folds(p, a.out_stride_batch, a.out_stride_seq)};
+  char* out = static_cast<char*>(a.out);
+  // out[0] = latent @ w_up_k and out[1] = latent @ w_up_v. For bf16/fp16 with packed heads, as one
+  // GEMM batched over {w_up_k, w_up_v} where the rows fold and w_up_v sits a whole number of
+  // elements after w_up_k with the same row stride: one launch instead of two, the up projection's
+  // CTAs fill the GPU together (measured on an H200, docs/perf-notes.md: 2.5-3 us less at every
   // DeepSeek size from T = 1 to 8192). float32 keeps two GEMMs: there cuBLAS's batched FFMA
   // kernels were faster at some sizes and slower at others (V2-Lite T = 2: 26.8 against 21.6 us).
-  char* out = static_cast<char*>(a.out);
   const int64_t kv_gap =
       static_cast<const char*>(a.w_up_v) - static_cast<const char*>(a.w_up_k);
-  if (s.ok() && p.dtype != DType::kFloat32 && fold && kv_gap > 0 && kv_gap % eb == 0 &&
-      a.w_up_k_stride_row == a.w_up_v_stride_row && a.out_stride_kv > 0) {
-    return gemm(h->handle, p.dtype, 2, rows, n, p.rank, {latent.data, latent.ld, 0},
-                {a.w_up_k, a.w_up_k_stride_row, kv_gap / eb}, out, a.out_stride_seq,
-                a.out_stride_kv);
+  if (p.dtype != DType::kFloat32 && up.heads_packed() && up.rows_fold && kv_gap > 0 &&
+      kv_gap % eb == 0 && a.w_up_k_stride_row == a.w_up_v_stride_row && a.out_stride_kv > 0) {
+    return gemm(h->handle, p.dtype, 2, p.tokens(), p.kv_width(), p.rank,
+                {latent.data, latent.ld, 0}, {a.w_up_k, a.w_up_k_stride_row, kv_gap / eb}, out,
+                a.out_stride_seq, a.out_stride_kv);
   }
-  if (s.ok()) {
-    s = gemm(h->handle, p.dtype, batches, rows, n, p.rank, latent,
-             {a.w_up_k, a.w_up_k_stride_row, 0}, out, a.out_stride_seq, a.out_stride_batch);
-  }
-  if (s.ok()) {
-    s = gemm(h->handle, p.dtype, batches, rows, n, p.rank, latent,
-             {a.w_up_v, a.w_up_v_stride_row, 0}, out + a.out_stride_kv * eb, a.out_stride_seq,
-             a.out_stride_batch);
-  }
+  s = up.run(h->handle, {a.w_up_k, a.w_up_k_stride_row, 0}, out);
+  if (s.ok()) s = up.run(h->handle, {a.w_up_v, a.w_up_v_stride_row, 0}, out + a.out_stride_kv * eb);
   return s;
 }
 

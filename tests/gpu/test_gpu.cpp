@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "testing.h"
@@ -229,10 +230,10 @@ Expected expected_for(const Problem& p) {
 
 // Runs p on CUDA under `strides` (every pointer `misalign` elements off its allocation) on
 // `stream`, with kAuto and each strategy forced, and compares out and latent with the expected
-// results each time. A forced strategy may answer kUnsupported (cuda-fused: bf16/fp16, cuda-gemm:
-// padded heads, cuda-decode: T > 16 or unaligned weights); kAuto may only for bf16/fp16. Returns
-// the runs made; *why gets the refusal when kAuto ran nothing; *ran, if given, collects the
-// strategies that ran.
+// results each time. A forced strategy may answer kUnsupported (cuda-fused: bf16/fp16 or large
+// weights, cuda-decode: T > 16 or unaligned weights); kAuto must take every call (cuda-gemm takes
+// every dtype and layout). Returns the runs made; *why gets the refusal when kAuto ran nothing;
+// *ran, if given, collects the strategies that ran.
 int expect_cuda_matches(const Problem& p, const Expected& e, const Args& strides, bool with_latent,
                         std::string* why, int64_t misalign = 0, cudaStream_t stream = nullptr,
                         std::vector<Strategy>* ran = nullptr) {
@@ -251,7 +252,7 @@ int expect_cuda_matches(const Problem& p, const Expected& e, const Args& strides
     const Status taken = check(p, dev.args, o);
     if (taken.code() == StatusCode::kUnsupported) {
       if (strategy != Strategy::kAuto) continue;
-      EXPECT_NE(p.dtype, DType::kFloat32) << "kAuto refused float32: " << taken.message();
+      ADD_FAILURE() << "kAuto refused: " << taken.message();
       *why = taken.message();
       return 0;
     }
@@ -348,20 +349,25 @@ TEST(GpuLayouts, Unaligned) {
 
 // cuda-gemm multiplies K and V as one batched GEMM when w_up_v sits a whole number of elements
 // after w_up_k with the same row stride, else as two GEMMs. Both weights are placed in one
-// allocation in either order, and with different row strides; each against float64.
+// allocation in either order, with different row strides, and interleaved as one [R, 2N] tensor
+// (w_up_v = w_up_k + N, both rows 2N apart: the batched GEMM's operands overlap, read-only); each
+// against float64.
 TEST(GpuGemm, KAndVWeightsInEitherOrderOrStride) {
   SKIP_WITHOUT_CUDA();
   for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
     Problem p = shape(2, 7, 96, 24, 3, 16);
     p.dtype = dtype;
     const Expected e = expected_for(p);
+    enum class Placement { kKThenV, kVThenK, kInterleaved };
     struct Layout {
-      bool v_first;
+      Placement placement;
       int64_t k_row_pad;
     };
-    for (const Layout layout : {Layout{false, 0}, Layout{true, 0}, Layout{false, 8}}) {
-      SCOPED_TRACE(std::string(to_string(dtype)) + (layout.v_first ? ", w_up_v first" : "") +
-                   ", w_up_k row pad " + std::to_string(layout.k_row_pad));
+    for (const Layout layout : {Layout{Placement::kKThenV, 0}, Layout{Placement::kVThenK, 0},
+                                Layout{Placement::kKThenV, 8}, Layout{Placement::kInterleaved, 0}}) {
+      SCOPED_TRACE(std::string(to_string(dtype)) + ", placement " +
+                   std::to_string(static_cast<int>(layout.placement)) + ", w_up_k row pad " +
+                   std::to_string(layout.k_row_pad));
       Args strides = padded_args(p, 0);
       strides.w_up_k_stride_row += layout.k_row_pad;
       const StridedBuffers host = strided_buffers(p, e.in, strides, /*with_latent=*/true);
@@ -370,10 +376,23 @@ TEST(GpuGemm, KAndVWeightsInEitherOrderOrStride) {
       if (HasFatalFailure()) return;
       DeviceTensor both;
       CUDA_ASSERT(both.allocate(dev.w_up_k.bytes + dev.w_up_v.bytes, 0));
-      unsigned char* k = layout.v_first ? both.ptr + dev.w_up_v.bytes : both.ptr;
-      unsigned char* v = layout.v_first ? both.ptr : both.ptr + dev.w_up_k.bytes;
-      CUDA_ASSERT(cudaMemcpy(k, dev.w_up_k.ptr, dev.w_up_k.bytes, cudaMemcpyDeviceToDevice));
-      CUDA_ASSERT(cudaMemcpy(v, dev.w_up_v.ptr, dev.w_up_v.bytes, cudaMemcpyDeviceToDevice));
+      unsigned char* k = both.ptr;
+      unsigned char* v = both.ptr + dev.w_up_k.bytes;
+      if (layout.placement == Placement::kVThenK) {
+        v = both.ptr;
+        k = both.ptr + dev.w_up_v.bytes;
+      }
+      if (layout.placement == Placement::kInterleaved) {
+        const size_t row = static_cast<size_t>(p.kv_width() * element_size(dtype));
+        v = k + row;
+        for (auto [dst, src] : {std::pair{k, dev.w_up_k.ptr}, std::pair{v, dev.w_up_v.ptr}}) {
+          CUDA_ASSERT(cudaMemcpy2D(dst, 2 * row, src, row, row, p.rank, cudaMemcpyDeviceToDevice));
+        }
+        dev.args.w_up_k_stride_row = dev.args.w_up_v_stride_row = 2 * p.kv_width();
+      } else {
+        CUDA_ASSERT(cudaMemcpy(k, dev.w_up_k.ptr, dev.w_up_k.bytes, cudaMemcpyDeviceToDevice));
+        CUDA_ASSERT(cudaMemcpy(v, dev.w_up_v.ptr, dev.w_up_v.bytes, cudaMemcpyDeviceToDevice));
+      }
       dev.args.w_up_k = k;
       dev.args.w_up_v = v;
       const Status s = run(p, dev.args, cuda_options(Strategy::kCudaGemm));
@@ -382,6 +401,48 @@ TEST(GpuGemm, KAndVWeightsInEitherOrderOrStride) {
       expect_output_matches(dev.out, p.dtype, host.out_offsets, e.out, e.out_tolerance, "out");
       expect_output_matches(dev.latent, p.dtype, host.latent_offsets, e.latent,
                             e.latent_tolerance, "latent");
+    }
+  }
+}
+
+// cuda-gemm with the heads not packed (out_stride_head > Dh): one GEMM batched over the heads
+// where the rows fold; where they do not, batched over the heads and looped over b (H >= B) or
+// batched over b and looped over the heads (H < B). Every dtype, more tokens than cuda-decode
+// takes, latent off and on, each against float64 with the padding checked unwritten.
+TEST(GpuGemm, HeadsNotPacked) {
+  SKIP_WITHOUT_CUDA();
+  struct Case {
+    int64_t batch, seq, heads;
+    bool rows_fold;
+  };
+  for (const Case c : {Case{3, 11, 5, true}, Case{2, 13, 4, false}, Case{5, 7, 2, false}}) {
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      Problem p = shape(c.batch, c.seq, 72, 40, c.heads, 24);
+      p.dtype = dtype;
+      const Expected e = expected_for(p);
+      Args strides = padded_args(p, kOddPad);
+      if (c.rows_fold) {
+        strides.out_stride_batch = p.seq * strides.out_stride_seq;
+        strides.hidden_stride_batch = p.seq * strides.hidden_stride_seq;
+        strides.latent_stride_batch = p.seq * strides.latent_stride_seq;
+      }
+      for (bool with_latent : {false, true}) {
+        SCOPED_TRACE(p.to_string() + (c.rows_fold ? ", rows fold" : ", rows do not fold") +
+                     (with_latent ? ", latent" : ", no latent"));
+        const StridedBuffers host = strided_buffers(p, e.in, strides, with_latent);
+        DeviceCall dev;
+        dev.init(p, host, 0);
+        if (HasFatalFailure()) return;
+        CUDA_ASSERT(dev.poison(nullptr));
+        const Status s = run(p, dev.args, cuda_options(Strategy::kCudaGemm));
+        ASSERT_TRUE(s.ok()) << s.message();
+        CUDA_ASSERT(cudaDeviceSynchronize());
+        expect_output_matches(dev.out, p.dtype, host.out_offsets, e.out, e.out_tolerance, "out");
+        if (with_latent) {
+          expect_output_matches(dev.latent, p.dtype, host.latent_offsets, e.latent,
+                                e.latent_tolerance, "latent");
+        }
+      }
     }
   }
 }

@@ -15,7 +15,9 @@
 // Build and run: dev/cublaslt_probe.sh (output in ${OUT:-.}/cublaslt_probe.txt), or
 //   nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a dev/cublaslt_probe.cu
 //     -lcublasLt -lcublas -o /tmp/cublaslt_probe && /tmp/cublaslt_probe [--model v2lite,v3]
-//     [--tokens 1,64] [--max-algos 32]
+//     [--tokens 1,64] [--max-algos 32] [--split-down]
+// --split-down instead times the down GEMM split over chunks of D (a strided-batched GEMM into
+// float32 partials, then a summing kernel), alone and followed by the up GEMM.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -494,6 +496,89 @@ Row run_case(Ctx& x, const Model& md, int64_t t, int max_algos) {
   return row;
 }
 
+// ---- --split-down: the down GEMM as a batched GEMM over `chunks` slices of D (float32 partials),
+// then a kernel that sums the partials in a fixed order and rounds to bf16: more CTAs on HBM. ----
+__global__ void sum_partials(const float* partials, int chunks, size_t elems, bf16* latent) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
+       i += size_t{gridDim.x} * blockDim.x) {
+    float total = 0.f;
+    for (int c = 0; c < chunks; ++c) total += partials[c * elems + i];
+    latent[i] = __float2bfloat16(total);
+  }
+}
+
+void split_down_study(Ctx& x, const Model& md, int64_t t) {
+  const int64_t d = md.d, r = md.r, n = md.n;
+  const size_t read = 2 * (t * d + d * r + 2 * r * n);
+  const int copies = copies_for(read), calls = calls_for(copies);
+  struct Set {
+    bf16 *hidden, *w_down, *latent, *w_up, *out;
+    float* partials;
+  };
+  constexpr int kMaxChunks = 64;
+  std::vector<Set> sets(copies);
+  for (int i = 0; i < copies; ++i) {
+    Set& st = sets[i];
+    const size_t sizes[5] = {size_t(t * d), size_t(d * r), size_t(t * r), size_t(2 * r * n),
+                             size_t(2 * t * n)};
+    bf16** ptrs[5] = {&st.hidden, &st.w_down, &st.latent, &st.w_up, &st.out};
+    for (int j = 0; j < 5; ++j) {
+      CUDA_CHECK(cudaMalloc(ptrs[j], 2 * sizes[j]));
+      fill_uniform<<<1024, 256>>>(*ptrs[j], sizes[j], 1000 * i + j);
+      CUDA_CHECK(cudaGetLastError());
+    }
+    CUDA_CHECK(cudaMalloc(&st.partials, sizeof(float) * kMaxChunks * t * r));
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  auto down = [&](const Set& st) {
+    CUBLAS_CHECK(cublasGemmEx_64(x.blas, CUBLAS_OP_N, CUBLAS_OP_N, r, t, d, &kAlpha, st.w_down,
+                                 CUDA_R_16BF, r, st.hidden, CUDA_R_16BF, d, &kBeta, st.latent,
+                                 CUDA_R_16BF, r, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  };
+  auto split_down = [&](const Set& st, int chunks) {
+    const int64_t kc = d / chunks;
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+        x.blas, CUBLAS_OP_N, CUBLAS_OP_N, r, t, kc, &kAlpha, st.w_down, CUDA_R_16BF, r, kc * r,
+        st.hidden, CUDA_R_16BF, d, kc, &kBeta, st.partials, CUDA_R_32F, r, t * r, chunks,
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    const size_t elems = size_t(t * r);
+    sum_partials<<<(elems + 255) / 256, 256, 0, x.stream>>>(st.partials, chunks, elems,
+                                                            st.latent);
+    CUDA_CHECK(cudaGetLastError());
+  };
+  auto up = [&](const Set& st) {
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+        x.blas, CUBLAS_OP_N, CUBLAS_OP_N, n, t, r, &kAlpha, st.w_up, CUDA_R_16BF, n, r * n,
+        st.latent, CUDA_R_16BF, r, 0, &kBeta, st.out, CUDA_R_16BF, n, t * n, 2,
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  };
+  down(sets[0]);
+  up(sets[0]);
+  const double base_down = time_graph(x, calls, [&](int i) { down(sets[i % copies]); });
+  const double base_pair = time_graph(x, calls, [&](int i) {
+    down(sets[i % copies]);
+    up(sets[i % copies]);
+  });
+  printf("SPLIT %s T=%lld: cuBLAS down %.2f us, down+up %.2f us\n", md.name, (long long)t,
+         base_down, base_pair);
+  for (int chunks : {2, 4, 8, 16, 32, 64}) {
+    if (d % chunks != 0 || chunks > kMaxChunks) continue;
+    split_down(sets[0], chunks);
+    const double sd = time_graph(x, calls, [&](int i) { split_down(sets[i % copies], chunks); });
+    const double sp = time_graph(x, calls, [&](int i) {
+      split_down(sets[i % copies], chunks);
+      up(sets[i % copies]);
+    });
+    printf("SPLIT %s T=%lld chunks=%d: down+sum %.2f us (x%.2f), +up %.2f us (x%.2f)\n",
+           md.name, (long long)t, chunks, sd, base_down / sd, sp, base_pair / sp);
+  }
+  for (Set& st : sets) {
+    for (void* p : {(void*)st.hidden, (void*)st.w_down, (void*)st.latent, (void*)st.w_up,
+                    (void*)st.out, (void*)st.partials})
+      CUDA_CHECK(cudaFree(p));
+  }
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -506,8 +591,16 @@ int main(int argc, char** argv) {
   std::vector<Model> models = kModels;
   std::vector<int64_t> tokens = kTokens;
   int max_algos = 32;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
+  bool split_down = false;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--split-down") {
+      split_down = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    const std::string value = argv[i + 1];
     if (flag == "--model") {
       models.clear();
       for (const auto& name : split(value))
@@ -519,7 +612,7 @@ int main(int argc, char** argv) {
     } else if (flag == "--max-algos") {
       max_algos = std::max(1, std::stoi(value));
     } else {
-      fprintf(stderr, "usage: %s [--model v2lite,v3] [--tokens 1,16,64] [--max-algos 32]\n",
+      fprintf(stderr, "usage: %s [--model v2lite,v3] [--tokens 1,16,64] [--max-algos 32] [--split-down]\n",
               argv[0]);
       return 2;
     }
@@ -557,6 +650,11 @@ int main(int argc, char** argv) {
   x.stages_names = enum_names("CUBLASLT_MATMUL_STAGES_");
   x.cluster_names = enum_names("CUBLASLT_CLUSTER_SHAPE_");
 
+  if (split_down) {
+    for (const auto& m : models)
+      for (int64_t t : tokens) split_down_study(x, m, t);
+    return 0;
+  }
   std::vector<Row> rows;
   for (const auto& m : models)
     for (int64_t t : tokens) rows.push_back(run_case(x, m, t, max_algos));

@@ -185,9 +185,15 @@ def bench_case(name, dtype_name, args, device, op_python, op_cpp):
     # latentkv's own layers, each timed back to back.
     w_down, w_up_k, w_up_v = (p.detach() for p in ours.parameters())
     out = torch.empty(2, b, s, h, dh, device=device, dtype=dtype)
+    # The binding runs nothing and returns -n when the strategy it picks needs n bytes of
+    # workspace (the decode kernels, cuBLAS's latent): give it that, as the op and module do.
+    needed = _C.kv_proj(x, w_down, w_up_k, w_up_v, out)
+    workspace = torch.empty(-needed, device=device, dtype=torch.uint8) if needed < 0 else None
+    if workspace is not None:
+        assert _C.kv_proj(x, w_down, w_up_k, w_up_v, out, workspace=workspace) == 1
     layers = {
-        "noop_binding": lambda: _C._noop(x, w_down, w_up_k, w_up_v, out),
-        "binding_run": lambda: _C.kv_proj(x, w_down, w_up_k, w_up_v, out),
+        "noop_binding": lambda: _C._noop(x, w_down, w_up_k, w_up_v, out, workspace=workspace),
+        "binding_run": lambda: _C.kv_proj(x, w_down, w_up_k, w_up_v, out, workspace=workspace),
         "py_kernel": lambda: lt._kv_proj_kernel(x, w_down, w_up_k, w_up_v, h),
         "op_python": lambda: op_python(x, w_down, w_up_k, w_up_v, h),
         "op_cpp": lambda: op_cpp(x, w_down, w_up_k, w_up_v, h),
@@ -237,8 +243,8 @@ def print_table(rows, device):
         )
     print()
     print("latentkv per-call layers, back to back from Python, us (noop: the binding parsing and "
-          "checking, no run; binding: _C.kv_proj on a preallocated output; py-kern: the Python op "
-          "kernel called directly (allocation, shape checks, binding); op-py / op-c++: "
+          "checking, no run; binding: _C.kv_proj on a preallocated output and workspace; py-kern: "
+          "the Python op kernel called directly (allocation, shape checks, binding); op-py / op-c++: "
           "torch.ops.latentkv.kv_proj registered from Python / in C++; alloc: "
           "_C.kv_proj_allocating, the binding allocating through torch's DLPack allocator (the "
           "module's eager path); kv_proj: latentkv.torch.kv_proj (the active op); +py / +c++: what "

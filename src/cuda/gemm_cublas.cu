@@ -144,8 +144,8 @@ struct UpProjection {
     }
     for (int64_t head = 0; head < p.heads && s.ok(); ++head) {
       s = gemm(handle, p.dtype, p.batch, p.seq, p.head_dim, p.rank, latent,
-               {w_bytes + head * p.head_dim * eb, w.ld, 0}, out_half + head * a.out_stride_head * eb,
-               a.out_stride_seq, a.out_stride_batch);
+               {w_bytes + head * p.head_dim * eb, w.ld, 0},
+               out_half + head * a.out_stride_head * eb, a.out_stride_seq, a.out_stride_batch);
     }
     return s;
   }
@@ -188,7 +188,8 @@ Status run_cuda_gemm(const Problem& p, const Args& a, Stream stream) {
                   latent.batch_stride);
   if (!s.ok()) return s;
 
-  const UpProjection up{p, a, latent, latent_folds && folds(p, a.out_stride_batch, a.out_stride_seq)};
+  const bool up_folds = latent_folds && folds(p, a.out_stride_batch, a.out_stride_seq);
+  const UpProjection up{p, a, latent, up_folds};
   char* out = static_cast<char*>(a.out);
   // out[0] = latent @ w_up_k and out[1] = latent @ w_up_v. For bf16/fp16 with packed heads, as one
   // GEMM batched over {w_up_k, w_up_v} where the rows fold and w_up_v sits a whole number of

@@ -363,8 +363,9 @@ TEST(GpuGemm, KAndVWeightsInEitherOrderOrStride) {
       Placement placement;
       int64_t k_row_pad;
     };
-    for (const Layout layout : {Layout{Placement::kKThenV, 0}, Layout{Placement::kVThenK, 0},
-                                Layout{Placement::kKThenV, 8}, Layout{Placement::kInterleaved, 0}}) {
+    const Layout layouts[] = {{Placement::kKThenV, 0}, {Placement::kVThenK, 0},
+                              {Placement::kKThenV, 8}, {Placement::kInterleaved, 0}};
+    for (const Layout layout : layouts) {
       SCOPED_TRACE(std::string(to_string(dtype)) + ", placement " +
                    std::to_string(static_cast<int>(layout.placement)) + ", w_up_k row pad " +
                    std::to_string(layout.k_row_pad));

@@ -198,6 +198,7 @@ def bench_case(name, dtype_name, args, device, op_python, op_cpp):
         "op_python": lambda: op_python(x, w_down, w_up_k, w_up_v, h),
         "op_cpp": lambda: op_cpp(x, w_down, w_up_k, w_up_v, h),
         "allocating": lambda: _C.kv_proj_allocating(x, w_down, w_up_k, w_up_v, h),
+        "eager": lambda: lt._kv_proj_eager(x, w_down, w_up_k, w_up_v, h),
         "torch_op": lambda: lt.kv_proj(x, w_down, w_up_k, w_up_v, h),
         "module": lambda: ours(x),
     }
@@ -205,6 +206,8 @@ def bench_case(name, dtype_name, args, device, op_python, op_cpp):
         del layers["op_cpp"]
     if lt._kv_proj_allocating is None:
         del layers["allocating"]
+    if lt._kv_proj_eager is None:
+        del layers["eager"]
     for key, fn in layers.items():
         row[f"layer_{key}_us"] = wall_us(fn, iters, args.repeats, sync)
     return row
@@ -246,11 +249,12 @@ def print_table(rows, device):
           "checking, no run; binding: _C.kv_proj on a preallocated output and workspace; py-kern: "
           "the Python op kernel called directly (allocation, shape checks, binding); op-py / op-c++: "
           "torch.ops.latentkv.kv_proj registered from Python / in C++; alloc: "
-          "_C.kv_proj_allocating, the binding allocating through torch's DLPack allocator (the "
-          "module's eager path); kv_proj: latentkv.torch.kv_proj (the active op); +py / +c++: what "
-          "each op adds over the binding):")
+          "_C.kv_proj_allocating, the binding allocating through torch's DLPack allocator; eager: "
+          "the module's eager path (_torch_ops.kv_proj_eager with the C++ registration, else alloc "
+          "behind Python checks); kv_proj: latentkv.torch.kv_proj (the active op); +py / +c++: "
+          "what each op adds over the binding):")
     print(f"{'case':<17}{'dtype':<6}{'noop':>9}{'binding':>9}{'py-kern':>9}{'op-py':>9}{'op-c++':>9}"
-          f"{'alloc':>9}{'kv_proj':>9}{'module':>9}{'+py':>9}{'+c++':>9}")
+          f"{'alloc':>9}{'eager':>9}{'kv_proj':>9}{'module':>9}{'+py':>9}{'+c++':>9}")
     for r in rows:
         if "unsupported" in r:
             continue
@@ -258,7 +262,7 @@ def print_table(rows, device):
         print(f"{r['case']:<17}{r['dtype']:<6}{fmt(r['layer_noop_binding_us'])}{fmt(binding)}"
               f"{fmt(r['layer_py_kernel_us'])}{fmt(r['layer_op_python_us'])}"
               f"{fmt(r.get('layer_op_cpp_us'))}{fmt(r.get('layer_allocating_us'))}"
-              f"{fmt(r['layer_torch_op_us'])}"
+              f"{fmt(r.get('layer_eager_us'))}{fmt(r['layer_torch_op_us'])}"
               f"{fmt(r['layer_module_us'])}{fmt(r['layer_op_python_us'] - binding)}"
               f"{fmt(r['layer_op_cpp_us'] - binding if 'layer_op_cpp_us' in r else None)}")
     founding = next((r for r in rows if r["case"] == "founding" and r["dtype"] == "fp32"

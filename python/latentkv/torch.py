@@ -113,6 +113,10 @@ def _load_cpp_ops():
 
 # "c++" or "python": which registration of torch.ops.latentkv.* this process uses.
 OPS_BACKEND = _load_cpp_ops()
+if OPS_BACKEND == "c++":
+    # The same file as a Python extension module (already loaded, so this only makes the module
+    # object): its kv_proj_eager is the op's kernel without the dispatcher.
+    from . import _torch_ops
 
 
 def _kv_proj_kernel(hidden, w_down, w_up_k, w_up_v, num_heads):
@@ -196,10 +200,10 @@ _is_grad_enabled = torch.is_grad_enabled
 # Python frame (0.2 us a call); torch.compile cannot trace them and is given the OpOverloads.
 _op_entry = getattr(_op, "_op", _op)
 _op_with_latent_entry = getattr(_op_with_latent, "_op", _op_with_latent)
-# The module's eager shortcut, on torch >= 2.10: the binding gets the output (and any scratch) from
-# torch's own allocator through the DLPack C exchange API and returns it, with no dispatcher in
-# between. It answers None where the op should take the call (a zero dimension, num_heads not
-# dividing H*Dh).
+# The module's eager shortcut without the C++ registration, on torch >= 2.10: the binding gets the
+# output (and any scratch) from torch's own allocator through the DLPack C exchange API and returns
+# it, with no dispatcher in between. It answers None where the op should take the call (a zero
+# dimension, num_heads not dividing H*Dh).
 _kv_proj_allocating = getattr(_C, "kv_proj_allocating", None) if _EXCHANGE_API else None
 _Tensor = torch.Tensor
 _PLAIN_WEIGHTS = (torch.Tensor, nn.Parameter)
@@ -215,6 +219,35 @@ _dynamo_frame_callback = getattr(
     getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None), "get_eval_frame_callback",
     lambda: None,
 )
+
+
+def _kv_proj_eager_python(x, w_down, w_up_k, w_up_v, num_heads):
+    """_torch_ops.kv_proj_eager's contract over the allocating binding, for where the C++ library
+    is not in use: the output for plain tensors with nothing for autograd to record, outside torch
+    function / dispatch modes and functorch transforms; None where the op must take the call
+    (tensor subclasses, fake tensors, make_fx, vmap and the like, a zero dimension, num_heads not
+    dividing H*Dh). A refusal raises the binding's error, which is the op's."""
+    if (
+        type(x) is _Tensor and type(w_down) in _PLAIN_WEIGHTS
+        and type(w_up_k) in _PLAIN_WEIGHTS and type(w_up_v) in _PLAIN_WEIGHTS
+        and not (_is_grad_enabled() and (x.requires_grad or w_down.requires_grad
+                                         or w_up_k.requires_grad or w_up_v.requires_grad))
+        and not (_torch_function_mode_enabled() or _dispatch_stack_len() or _functorch_active())
+    ):
+        return _kv_proj_allocating(x, w_down, w_up_k, w_up_v, num_heads)
+    return None
+
+
+# kv_proj_eager(x, w_down, w_up_k, w_up_v, num_heads) -> Tensor or None: LatentKVProjection's eager
+# path. With the C++ registration, the op's C++ kernel called from Python with no dispatcher and no
+# Python frame (the checks above made in C++; it raises the op's errors itself); else the allocating
+# binding behind Python checks; None on torch < 2.10 without the C++ library.
+if OPS_BACKEND == "c++":
+    _kv_proj_eager = _torch_ops.kv_proj_eager
+elif _kv_proj_allocating is not None:
+    _kv_proj_eager = _kv_proj_eager_python
+else:
+    _kv_proj_eager = None
 
 
 def _needs_autograd(x, w_down, w_up_k, w_up_v):
@@ -314,30 +347,17 @@ class LatentKVProjection(nn.Module):
         ):
             return super().__call__(*args, **kwargs)
         if (
-            len(args) == 1 and not kwargs and _kv_proj_allocating is not None
+            len(args) == 1 and not kwargs and _kv_proj_eager is not None
             and not _is_dynamo_compiling() and _dynamo_frame_callback() is None
         ):
-            x = args[0]
+            # Plain tensors with nothing for autograd to record, outside modes and transforms, are
+            # run here; the rest (tensor subclasses, fake tensors, make_fx, vmap and the like, and
+            # calls that need autograd) get None and go to forward.
             params = d["_parameters"]
-            w_down, w_up_k, w_up_v = params["w_down"], params["w_up_k"], params["w_up_v"]
-            # Plain tensors, nothing for autograd to record (_needs_autograd, inlined: each
-            # Python call here costs ~0.1 us), outside torch function / dispatch modes and
-            # functorch transforms. The rest (tensor subclasses, fake tensors, make_fx, vmap and
-            # the like) get the op through the dispatcher in forward.
-            if (
-                type(x) is _Tensor and type(w_down) in _PLAIN_WEIGHTS
-                and type(w_up_k) in _PLAIN_WEIGHTS and type(w_up_v) in _PLAIN_WEIGHTS
-                and not (_is_grad_enabled() and (x.requires_grad or w_down.requires_grad
-                                                 or w_up_k.requires_grad or w_up_v.requires_grad))
-                and not (_torch_function_mode_enabled() or _dispatch_stack_len()
-                         or _functorch_active())
-            ):
-                try:
-                    out = _kv_proj_allocating(x, w_down, w_up_k, w_up_v, d["num_heads"])
-                except (TypeError, ValueError):
-                    out = None  # forward's op raises its own error for the same call
-                if out is not None:
-                    return out
+            out = _kv_proj_eager(args[0], params["w_down"], params["w_up_k"], params["w_up_v"],
+                                 d["num_heads"])
+            if out is not None:
+                return out
         return self.forward(*args, **kwargs)
 
     def forward(self, x):

@@ -15,8 +15,13 @@
 // no Python linkage. LATENTKV_TORCH_CUDA (set by CMake only when torch has CUDA) compiles the CUDA
 // registration, device guard and stream lookup.
 #include <ATen/EmptyTensor.h>
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
 #include <torch/version.h>
 
@@ -229,7 +234,79 @@ at::Tensor kv_proj_with_latent(const at::Tensor& hidden, const at::Tensor& w_dow
   return kv_proj_impl(hidden, w_down, w_up_k, w_up_v, num_heads, &latent_out);
 }
 
+// The Python exception a refusal becomes, as torch's own translation of these C++ exceptions.
+PyObject* raise_from(PyObject* type, const c10::Error& e) {
+  PyErr_SetString(type, e.what_without_backtrace());
+  return nullptr;
+}
+
+// latentkv._torch_ops.kv_proj_eager(hidden, w_down, w_up_k, w_up_v, num_heads): the op's kernel
+// called straight from Python, for LatentKVProjection's eager calls, with no dispatcher, no Python
+// frame of its own (METH_FASTCALL) and no DLPack round trip: the tensors are read from their Python
+// objects and the output is wrapped as one. Returns None, having done nothing, where the dispatcher
+// must take the call instead: an argument that is not a plain tensor (subclasses, non-tensors),
+// something for autograd to record (the op has no backward), an active torch function or dispatch
+// mode, or a functorch transform. A refusal raises what the op would (TypeError, ValueError) with
+// the same message and writes nothing.
+PyObject* kv_proj_eager(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_Format(PyExc_TypeError,
+                 "kv_proj_eager(hidden, w_down, w_up_k, w_up_v, num_heads) takes 5 arguments, "
+                 "got %zd",
+                 nargs);
+    return nullptr;
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (!THPVariable_CheckExact(args[i])) Py_RETURN_NONE;
+  }
+  const at::Tensor& hidden = THPVariable_Unpack(args[0]);
+  const at::Tensor& w_down = THPVariable_Unpack(args[1]);
+  const at::Tensor& w_up_k = THPVariable_Unpack(args[2]);
+  const at::Tensor& w_up_v = THPVariable_Unpack(args[3]);
+  if (at::GradMode::is_enabled() && (hidden.requires_grad() || w_down.requires_grad() ||
+                                     w_up_k.requires_grad() || w_up_v.requires_grad())) {
+    Py_RETURN_NONE;
+  }
+  // Modes and transforms: a functorch transform adds its dynamic-layer keys to the thread's
+  // included dispatch keys (as Python dispatch modes do), so any key beyond the default ones
+  // declines.
+  if (at::impl::torch_function_mode_enabled() || c10::impl::TorchDispatchModeTLS::stack_len() > 0 ||
+      !(c10::impl::tls_local_dispatch_key_set().included_ - c10::default_included_set).empty()) {
+    Py_RETURN_NONE;
+  }
+  const long long num_heads = PyLong_AsLongLong(args[4]);
+  if (num_heads == -1 && PyErr_Occurred()) return nullptr;
+  try {
+    return THPVariable_Wrap(kv_proj_impl(hidden, w_down, w_up_k, w_up_v, num_heads, nullptr));
+  } catch (const c10::TypeError& e) {
+    return raise_from(PyExc_TypeError, e);
+  } catch (const c10::ValueError& e) {
+    return raise_from(PyExc_ValueError, e);
+  } catch (const c10::Error& e) {
+    return raise_from(PyExc_RuntimeError, e);
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+PyMethodDef module_methods[] = {
+    {"kv_proj_eager", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kv_proj_eager)),
+     METH_FASTCALL,
+     "kv_proj_eager(hidden, w_down, w_up_k, w_up_v, num_heads) -> Tensor | None\n\n"
+     "torch.ops.latentkv.kv_proj's kernel without the dispatcher, for plain tensors in eager mode "
+     "with nothing for autograd to record; None where the op must take the call."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_torch_ops",
+                          "torch.ops.latentkv.* registered in C++, and the eager entry point.", -1,
+                          module_methods};
+
 }  // namespace
+
+// Importing latentkv._torch_ops (after torch.ops.load_library has loaded the same file) gives
+// Python the eager entry point; the ops register themselves when the library is loaded.
+PyMODINIT_FUNC PyInit__torch_ops() { return PyModule_Create(&module_def); }
 
 TORCH_LIBRARY(latentkv, m) {
   // The fake kernels are registered from this module (torch.library.register_fake); torch imports

@@ -325,21 +325,77 @@ def test_allocating_binding_returns_torch_output_or_declines():
         latentkv._C.kv_proj_allocating(args[0].double(), *args[1:], 2)
 
 
-@pytest.mark.skipif(lt._kv_proj_allocating is None, reason="torch < 2.10: no DLPack allocator")
-def test_module_eager_call_takes_the_allocating_binding(monkeypatch):
+EAGER_SKIP = pytest.mark.skipif(
+    lt._kv_proj_eager is None, reason="torch < 2.10 without latentkv/_torch_ops: no eager path"
+)
+
+
+@EAGER_SKIP
+def test_module_eager_call_takes_the_eager_path(monkeypatch):
     module = lt.LatentKVProjection(24, 8, 2, 4).eval()
     x = torch.randn(3, 2, 24)
     calls = []
-    real = lt._kv_proj_allocating
-    monkeypatch.setattr(lt, "_kv_proj_allocating", lambda *a: calls.append(1) or real(*a))
+    real = lt._kv_proj_eager
+    monkeypatch.setattr(lt, "_kv_proj_eager", lambda *a: calls.append(1) or real(*a))
     with torch.no_grad():
         out = module(x)
     assert calls == [1]
     expected = lt.reference_kv_proj(x, module.w_down, module.w_up_k, module.w_up_v, 2)
     assert torch.allclose(out, expected, rtol=1e-5, atol=1e-6)
-    # A refusal falls through to the op, whose error the caller sees.
+    # A refusal raises the op's error.
     with torch.no_grad(), pytest.raises(TypeError, match="hidden has dtype float64"):
         module(x.double())
+
+
+class _Subclass(torch.Tensor):
+    pass
+
+
+@EAGER_SKIP
+def test_eager_path_runs_plain_calls_and_declines_the_rest():
+    """The eager path (the C++ kv_proj_eager, or the allocating binding behind Python checks where
+    the ops are registered from Python) returns the result for plain tensors with nothing for
+    autograd to record and None, having written nothing, wherever the dispatcher must take the
+    call."""
+    from torch.func import vmap
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    shape = (2, 5, 40, 16, 2, 8)
+    args = torch_inputs(shape, seed=9)
+    out = lt._kv_proj_eager(*args, 2)
+    assert isinstance(out, torch.Tensor) and type(out) is torch.Tensor
+    assert out.shape == (2, 2, 5, 2, 8) and out.dtype == torch.float32 and out.is_contiguous()
+    assert not out.requires_grad
+    assert rel_error(out.numpy(), ref_of(args, 2)[0]) <= FLOAT32_TOLERANCE
+    weights_as_parameters = [args[0]] + [torch.nn.Parameter(t, requires_grad=False) for t in args[1:]]
+    assert rel_error(lt._kv_proj_eager(*weights_as_parameters, 2).numpy(),
+                     ref_of(args, 2)[0]) <= FLOAT32_TOLERANCE
+    with torch.inference_mode():
+        assert lt._kv_proj_eager(*args, 2).is_inference()
+
+    # Declined: autograd would record it, a subclass, a dispatch mode, a functorch transform.
+    grad_args = torch_inputs(shape, seed=9, requires_grad=True)
+    assert lt._kv_proj_eager(*grad_args, 2) is None
+    with torch.no_grad():
+        assert lt._kv_proj_eager(*grad_args, 2) is not None
+    assert lt._kv_proj_eager(args[0].as_subclass(_Subclass), *args[1:], 2) is None
+    assert lt._kv_proj_eager(args[0].numpy(), *args[1:], 2) is None
+
+    class Recording(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, a=(), kw=None):
+            return func(*a, **(kw or {}))
+
+    with Recording():
+        assert lt._kv_proj_eager(*args, 2) is None
+    seen = []
+    vmap(lambda t: seen.append(lt._kv_proj_eager(t, *args[1:], 2)) or t)(args[0][None])
+    assert seen == [None]
+
+    # Refused: the op's errors.
+    with pytest.raises(TypeError, match="hidden has dtype float64"):
+        lt._kv_proj_eager(args[0].double(), *args[1:], 2)
+    with pytest.raises(ValueError, match="w_down has shape"):
+        lt._kv_proj_eager(args[0], args[1][:-1], *args[2:], 2)
 
 
 def test_module_under_dispatch_modes_goes_through_the_op():

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from reference import CASES, rel_error  # noqa: E402
+from reference import CASES as _TEST_CASES, rel_error  # noqa: E402
 from reference_torch import ReferenceKVProjection  # noqa: E402
 
 import latentkv  # noqa: E402
@@ -38,6 +38,9 @@ import latentkv.torch as lt  # noqa: E402
 from latentkv import _C  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# The tests' cases, and "host": a call whose GPU work is a launch's worth (~2 us), so its per-call
+# wall times are the host's cost of each layer (B, S, D, R, H, Dh).
+CASES = {**_TEST_CASES, "host": (1, 1, 64, 16, 1, 16)}
 # Issue 4's targets for the founding case, fp32, per call from Python.
 TARGET_CALL_US = 10.0
 TARGET_BINDING_US = 5.0

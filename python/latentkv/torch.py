@@ -228,7 +228,7 @@ def _kv_proj_eager_python(x, w_down, w_up_k, w_up_v, num_heads):
     (tensor subclasses, fake tensors, make_fx, vmap and the like, a zero dimension, num_heads not
     dividing H*Dh). A refusal raises the binding's error, which is the op's."""
     if (
-        type(x) is _Tensor and type(w_down) in _PLAIN_WEIGHTS
+        type(x) is _Tensor and type(num_heads) is int and type(w_down) in _PLAIN_WEIGHTS
         and type(w_up_k) in _PLAIN_WEIGHTS and type(w_up_v) in _PLAIN_WEIGHTS
         and not (_is_grad_enabled() and (x.requires_grad or w_down.requires_grad
                                          or w_up_k.requires_grad or w_up_v.requires_grad))
@@ -261,9 +261,14 @@ def kv_proj(hidden, w_down, w_up_k, w_up_v, num_heads, *, latent_out=None):
     """latentkv.kv_proj for torch tensors, through the registered ops (traceable, capturable).
 
     latent_out, if given, is written in place (the op declares the mutation). No autograd: use
-    reference_kv_proj, or LatentKVProjection, where gradients are needed.
+    reference_kv_proj, or LatentKVProjection, where gradients are needed. In eager mode, a call
+    without latent_out on plain tensors takes the module's eager path (no dispatcher).
     """
     compiling = _is_compiling()
+    if latent_out is None and not compiling and _kv_proj_eager is not None:
+        out = _kv_proj_eager(hidden, w_down, w_up_k, w_up_v, num_heads)
+        if out is not None:
+            return out
     try:
         if latent_out is None:
             op = _op if compiling else _op_entry

@@ -241,11 +241,11 @@ PyObject* raise_from(PyObject* type, const c10::Error& e) {
 }
 
 // latentkv._torch_ops.kv_proj_eager(hidden, w_down, w_up_k, w_up_v, num_heads): the op's kernel
-// called straight from Python, for LatentKVProjection's eager calls, with no dispatcher, no Python
+// called straight from Python, for eager calls of LatentKVProjection and latentkv.torch.kv_proj, with no dispatcher, no Python
 // frame of its own (METH_FASTCALL) and no DLPack round trip: the tensors are read from their Python
 // objects and the output is wrapped as one. Returns None, having done nothing, where the dispatcher
-// must take the call instead: an argument that is not a plain tensor (subclasses, non-tensors),
-// something for autograd to record (the op has no backward), an active torch function or dispatch
+// must take the call instead: an argument that is not a plain tensor (subclasses, non-tensors) or
+// a num_heads that is not an int, something for autograd to record (the op has no backward), an active torch function or dispatch
 // mode, or a functorch transform. A refusal raises what the op would (TypeError, ValueError) with
 // the same message and writes nothing.
 PyObject* kv_proj_eager(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
@@ -259,6 +259,7 @@ PyObject* kv_proj_eager(PyObject* /*module*/, PyObject* const* args, Py_ssize_t 
   for (int i = 0; i < 4; ++i) {
     if (!THPVariable_CheckExact(args[i])) Py_RETURN_NONE;
   }
+  if (!PyLong_CheckExact(args[4])) Py_RETURN_NONE;  // the op's schema check reports it
   const at::Tensor& hidden = THPVariable_Unpack(args[0]);
   const at::Tensor& w_down = THPVariable_Unpack(args[1]);
   const at::Tensor& w_up_k = THPVariable_Unpack(args[2]);

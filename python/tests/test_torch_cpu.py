@@ -345,6 +345,12 @@ def test_module_eager_call_takes_the_eager_path(monkeypatch):
     # A refusal raises the op's error.
     with torch.no_grad(), pytest.raises(TypeError, match="hidden has dtype float64"):
         module(x.double())
+    # latentkv.kv_proj takes the same path in eager mode when there is no latent_out.
+    weights = [p.detach() for p in (module.w_down, module.w_up_k, module.w_up_v)]
+    assert torch.allclose(latentkv.kv_proj(x, *weights, 2), expected, rtol=1e-5, atol=1e-6)
+    assert calls == [1, 1, 1]
+    latentkv.kv_proj(x, *weights, 2, latent_out=torch.empty(3, 2, 8))
+    assert calls == [1, 1, 1]
 
 
 class _Subclass(torch.Tensor):
@@ -380,6 +386,7 @@ def test_eager_path_runs_plain_calls_and_declines_the_rest():
         assert lt._kv_proj_eager(*grad_args, 2) is not None
     assert lt._kv_proj_eager(args[0].as_subclass(_Subclass), *args[1:], 2) is None
     assert lt._kv_proj_eager(args[0].numpy(), *args[1:], 2) is None
+    assert lt._kv_proj_eager(*args, 2.0) is None
 
     class Recording(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, a=(), kw=None):

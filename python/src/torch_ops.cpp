@@ -22,6 +22,7 @@
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/library.h>
 #include <torch/version.h>
 
@@ -234,6 +235,18 @@ at::Tensor kv_proj_with_latent(const at::Tensor& hidden, const at::Tensor& w_dow
   return kv_proj_impl(hidden, w_down, w_up_k, w_up_v, num_heads, &latent_out);
 }
 
+// Releases the GIL for its scope (also when an exception leaves it).
+class GilRelease {
+ public:
+  GilRelease() : state_(PyEval_SaveThread()) {}
+  ~GilRelease() { PyEval_RestoreThread(state_); }
+  GilRelease(const GilRelease&) = delete;
+  GilRelease& operator=(const GilRelease&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
 // The Python exception a refusal becomes, as torch's own translation of these C++ exceptions.
 PyObject* raise_from(PyObject* type, const c10::Error& e) {
   PyErr_SetString(type, e.what_without_backtrace());
@@ -241,13 +254,14 @@ PyObject* raise_from(PyObject* type, const c10::Error& e) {
 }
 
 // latentkv._torch_ops.kv_proj_eager(hidden, w_down, w_up_k, w_up_v, num_heads): the op's kernel
-// called straight from Python, for eager calls of LatentKVProjection and latentkv.torch.kv_proj, with no dispatcher, no Python
-// frame of its own (METH_FASTCALL) and no DLPack round trip: the tensors are read from their Python
-// objects and the output is wrapped as one. Returns None, having done nothing, where the dispatcher
-// must take the call instead: an argument that is not a plain tensor (subclasses, non-tensors) or
-// a num_heads that is not an int, something for autograd to record (the op has no backward), an active torch function or dispatch
-// mode, or a functorch transform. A refusal raises what the op would (TypeError, ValueError) with
-// the same message and writes nothing.
+// called straight from Python, for eager calls of LatentKVProjection and latentkv.torch.kv_proj,
+// with no dispatcher, no Python frame of its own (METH_FASTCALL) and no DLPack round trip: the
+// tensors are read from their Python objects and the output is wrapped as one. Returns None,
+// having done nothing, where the dispatcher must take the call instead: an argument that is not a
+// plain tensor (subclasses, non-tensors), a num_heads that is not an int, something for autograd
+// to record (the op has no backward), an active torch function or dispatch mode, a functorch
+// transform, a jit trace. A refusal raises what the op would (TypeError, ValueError) with the same
+// message and writes nothing.
 PyObject* kv_proj_eager(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 5) {
     PyErr_Format(PyExc_TypeError,
@@ -268,17 +282,27 @@ PyObject* kv_proj_eager(PyObject* /*module*/, PyObject* const* args, Py_ssize_t 
                                      w_up_k.requires_grad() || w_up_v.requires_grad())) {
     Py_RETURN_NONE;
   }
-  // Modes and transforms: a functorch transform adds its dynamic-layer keys to the thread's
-  // included dispatch keys (as Python dispatch modes do), so any key beyond the default ones
-  // declines.
+  // Modes, transforms and traces: a functorch transform adds its dynamic-layer keys to the
+  // thread's included dispatch keys (as Python dispatch modes do), so any key beyond the default
+  // ones declines; torch.jit.trace records through the dispatcher.
   if (at::impl::torch_function_mode_enabled() || c10::impl::TorchDispatchModeTLS::stack_len() > 0 ||
-      !(c10::impl::tls_local_dispatch_key_set().included_ - c10::default_included_set).empty()) {
+      !(c10::impl::tls_local_dispatch_key_set().included_ - c10::default_included_set).empty() ||
+      torch::jit::tracer::isTracing()) {
     Py_RETURN_NONE;
   }
   const long long num_heads = PyLong_AsLongLong(args[4]);
   if (num_heads == -1 && PyErr_Occurred()) return nullptr;
   try {
-    return THPVariable_Wrap(kv_proj_impl(hidden, w_down, w_up_k, w_up_v, num_heads, nullptr));
+    at::Tensor out;
+    if (hidden.is_cuda()) {
+      out = kv_proj_impl(hidden, w_down, w_up_k, w_up_v, num_heads, nullptr);
+    } else {
+      // The CPU backend computes in the call: let other Python threads run meanwhile, as torch's
+      // own operators do. (A CUDA call only enqueues; the GIL round trip would cost more.)
+      const GilRelease released;
+      out = kv_proj_impl(hidden, w_down, w_up_k, w_up_v, num_heads, nullptr);
+    }
+    return THPVariable_Wrap(std::move(out));
   } catch (const c10::TypeError& e) {
     return raise_from(PyExc_TypeError, e);
   } catch (const c10::ValueError& e) {

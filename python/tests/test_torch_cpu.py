@@ -397,6 +397,9 @@ def test_eager_path_runs_plain_calls_and_declines_the_rest():
     seen = []
     vmap(lambda t: seen.append(lt._kv_proj_eager(t, *args[1:], 2)) or t)(args[0][None])
     assert seen == [None]
+    torch.jit.trace(lambda t: seen.append(lt._kv_proj_eager(t, *args[1:], 2)) or t * 2, args[0],
+                    check_trace=False)
+    assert seen == [None, None]
 
     # Refused: the op's errors.
     with pytest.raises(TypeError, match="hidden has dtype float64"):

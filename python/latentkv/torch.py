@@ -355,6 +355,7 @@ class LatentKVProjection(nn.Module):
         if (
             len(args) == 1 and not kwargs and _kv_proj_eager is not None
             and not _is_dynamo_compiling() and _dynamo_frame_callback() is None
+            and type(self) is LatentKVProjection and "forward" not in d
         ):
             # Plain tensors with nothing for autograd to record, outside modes and transforms, are
             # run here; the rest (tensor subclasses, fake tensors, make_fx, vmap and the like, and
@@ -401,3 +402,12 @@ def _dynamo_skips_top_frame(code):
 
 
 _dynamo_skips_top_frame(LatentKVProjection.__call__.__code__)
+if OPS_BACKEND == "c++":
+    # `module(x)` runs __call__'s checks and fast path in C (the class's tp_call slot); __call__
+    # above stays what torch.compile inlines and what every declined call runs.
+    _torch_ops.install_fast_call(
+        LatentKVProjection, LatentKVProjection.__call__, _Module, _module_call,
+        _dynamo_frame_callback,
+        (_global_forward_pre_hooks, _global_forward_hooks, _global_backward_pre_hooks,
+         _global_backward_hooks),
+    )

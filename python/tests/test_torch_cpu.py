@@ -332,25 +332,53 @@ EAGER_SKIP = pytest.mark.skipif(
 
 @EAGER_SKIP
 def test_module_eager_call_takes_the_eager_path(monkeypatch):
+    """An eager call on plain tensors runs the op's kernel without the dispatcher: made in C where
+    the C++ registration is active (the class's tp_call), else by __call__'s Python fast path."""
     module = lt.LatentKVProjection(24, 8, 2, 4).eval()
     x = torch.randn(3, 2, 24)
+    expected = lt.reference_kv_proj(x, module.w_down, module.w_up_k, module.w_up_v, 2)
+
+    def dispatcher(*a):
+        raise AssertionError("the eager call went through the dispatcher")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(lt, "_op_entry", dispatcher)
+        patched.setattr(lt, "_op", dispatcher)
+        with torch.no_grad():
+            assert torch.allclose(module(x), expected, rtol=1e-5, atol=1e-6)
+            assert torch.allclose(module.__call__(x), expected, rtol=1e-5, atol=1e-6)
+            # A refusal raises the op's error.
+            with pytest.raises(TypeError, match="hidden has dtype float64"):
+                module(x.double())
+    # latentkv.kv_proj takes the same path in eager mode when there is no latent_out.
     calls = []
     real = lt._kv_proj_eager
     monkeypatch.setattr(lt, "_kv_proj_eager", lambda *a: calls.append(1) or real(*a))
-    with torch.no_grad():
-        out = module(x)
-    assert calls == [1]
-    expected = lt.reference_kv_proj(x, module.w_down, module.w_up_k, module.w_up_v, 2)
-    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-6)
-    # A refusal raises the op's error.
-    with torch.no_grad(), pytest.raises(TypeError, match="hidden has dtype float64"):
-        module(x.double())
-    # latentkv.kv_proj takes the same path in eager mode when there is no latent_out.
     weights = [p.detach() for p in (module.w_down, module.w_up_k, module.w_up_v)]
     assert torch.allclose(latentkv.kv_proj(x, *weights, 2), expected, rtol=1e-5, atol=1e-6)
-    assert calls == [1, 1, 1]
+    assert calls == [1]
     latentkv.kv_proj(x, *weights, 2, latent_out=torch.empty(3, 2, 8))
-    assert calls == [1, 1, 1]
+    assert calls == [1]
+
+
+def test_module_forward_overrides_are_called():
+    """A subclass's forward, or one set on the instance, is what a call runs (the eager path is
+    LatentKVProjection's own forward inlined, so it steps aside)."""
+
+    class Doubled(lt.LatentKVProjection):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    module = Doubled(24, 8, 2, 4).eval()
+    x = torch.randn(3, 2, 24)
+    with torch.no_grad():
+        plain = lt.reference_kv_proj(x, module.w_down, module.w_up_k, module.w_up_v, 2)
+        assert torch.allclose(module(x), 2 * plain, rtol=1e-5, atol=1e-6)
+        base = lt.LatentKVProjection(24, 8, 2, 4).eval()
+        base.forward = lambda t: torch.zeros(1)
+        assert torch.equal(base(x), torch.zeros(1))
+        del base.forward
+        assert base(x).shape == (2, 3, 2, 2, 4)
 
 
 class _Subclass(torch.Tensor):
@@ -358,6 +386,7 @@ class _Subclass(torch.Tensor):
 
 
 @EAGER_SKIP
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace")
 def test_eager_path_runs_plain_calls_and_declines_the_rest():
     """The eager path (the C++ kv_proj_eager, or the allocating binding behind Python checks where
     the ops are registered from Python) returns the result for plain tensors with nothing for

@@ -11,8 +11,9 @@
 // TypeError (dtypes, non-arrays) with latentkv's message, and writes nothing. kv_proj never
 // allocates: when the strategy the dispatcher prefers needs scratch (cuBLAS, for the latent), it
 // returns the byte count and the caller, which owns the allocator (torch's, stream- and
-// graph-aware), calls again with a workspace. kv_proj_allocating, for torch's eager path, gets its
-// output and that scratch from the framework's own DLPack allocator instead.
+// graph-aware), calls again with a workspace. kv_proj_allocating, for torch's eager path where
+// latentkv/_torch_ops (which has its own, faster one) is not in use, gets its output and that
+// scratch from the framework's own DLPack allocator instead.
 #include <cuda_runtime.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>

@@ -385,7 +385,7 @@ Status select_strategy(const Problem& problem, const Args& args, const Options& 
 
 int64_t workspace_size(const Problem& problem, const Options& options, bool with_latent) {
   if (!check_problem(problem).ok() || resolve_backend(options.backend) != Backend::kCuda) return 0;
-  const int64_t gemm = with_latent ? 0 : detail::cuda_gemm_workspace_size(problem);
+  const int64_t gemm = detail::cuda_gemm_workspace_size(problem, with_latent);
   switch (options.strategy) {
     case Strategy::kCudaGemm: return gemm;
     case Strategy::kCudaDecode: return detail::cuda_decode_workspace_size(problem);

@@ -20,8 +20,8 @@ Status run_cuda_fused(const Problem& problem, const Args& args, Stream stream);
 bool cuda_fused_preferred(const Problem& problem);
 
 // cuBLAS strategy (src/cuda/gemm_cublas.cu): all dtypes and layouts; needs somewhere to put the
-// latent (args.latent or the workspace).
-int64_t cuda_gemm_workspace_size(const Problem& problem);
+// latent (args.latent or the workspace). The workspace it asks for also holds cuBLAS's scratch.
+int64_t cuda_gemm_workspace_size(const Problem& problem, bool with_latent);
 Status cuda_gemm_supports(const Problem& problem, const Args& args);
 Status run_cuda_gemm(const Problem& problem, const Args& args, Stream stream);
 

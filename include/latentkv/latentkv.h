@@ -95,10 +95,13 @@ struct Args {
   int64_t latent_stride_batch = 0;
   int64_t latent_stride_seq = 0;
 
-  // Device scratch: cuda-gemm keeps the latent there when args.latent is null, cuda-decode its
-  // partial sums (workspace_size() says how much; 0 for the fused kernel). Its contents need no
-  // initialization and are not kept between calls. May be null: strategies that need it are then
-  // skipped by kAuto and refused when forced.
+  // Device scratch: cuda-gemm keeps the latent there when args.latent is null and gives the rest
+  // to cuBLAS (split-K partial sums), cuda-decode its partial sums (workspace_size() says how
+  // much; 0 for the fused kernel). Its contents need no initialization and are not kept between
+  // calls; it is used in stream order on options.stream, so calls on different streams need
+  // different workspaces. May be null: strategies that need it are then skipped by kAuto and
+  // refused when forced (cuda-gemm with args.latent runs without it, on cuBLAS algorithms that
+  // need no scratch).
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
 };
@@ -137,8 +140,9 @@ Backend resolve_backend(Backend backend);
 
 // Bytes of args.workspace that the strategy run() would choose, given a workspace, needs (for
 // kAuto, also enough for the strategy it falls back to); 0 when it needs none (cuda-fused, the
-// CPU; cuda-gemm when the call has a latent output). Without the workspace, run() falls back to a
-// strategy that needs none where one takes the problem.
+// CPU). cuda-gemm asks for cuBLAS's scratch (32 MiB) on top of the latent, with or without a
+// latent output. Without the workspace, run() falls back to a strategy that needs none where one
+// takes the problem.
 int64_t workspace_size(const Problem& problem, const Options& options = {},
                        bool with_latent = false);
 

@@ -65,9 +65,9 @@ _run = _C_kv_proj if _EXCHANGE_API else _run_capsules
 def _finish(status, hidden, w_down, w_up_k, w_up_v, out, latent_out):
     """The uncommon outcomes of _run. 0: a zero dimension, nothing to compute; the result is empty
     or an empty sum (zeros), and only the latent may be non-trivial (H*Dh = 0 alone). -bytes: the
-    strategy latentkv prefers for this call (cuBLAS for GEMM-sized work, or a dtype only it takes)
-    wants scratch for the latent; it comes from torch's allocator, so it follows the stream and
-    CUDA-graph pools like any other temporary."""
+    strategy latentkv prefers for this call (cuBLAS for GEMM-sized work, or a dtype only it takes;
+    the decode kernels) wants scratch (cuBLAS's own, the latent); it comes from torch's allocator,
+    so it follows the stream and CUDA-graph pools like any other temporary."""
     if status == 0:
         out.zero_()
         if latent_out is not None:

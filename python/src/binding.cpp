@@ -327,8 +327,8 @@ class CudaDeviceGuard {
 constexpr int64_t kRan = 1, kNothingToRun = 0;
 
 // Bytes of workspace this call should get from the caller, else 0: what the strategy the
-// dispatcher would pick, given scratch, needs (cuBLAS: the latent, when latent_out is not passed;
-// the decode kernels: their partial sums).
+// dispatcher would pick, given scratch, needs (cuBLAS: its own scratch, and the latent when
+// latent_out is not passed; the decode kernels: their partial sums).
 int64_t workspace_wanted(const latentkv::Problem& p, const latentkv::Args& a,
                          const latentkv::Options& options) {
   if (a.workspace != nullptr) return 0;
@@ -546,7 +546,8 @@ constexpr const char* kKvProjDoc =
     "w_up_v (R, H*Dh); all on one device (cpu or cuda), one dtype (float32, bfloat16, float16),\n"
     "last dimension contiguous. stream: a cudaStream_t as an int; None means the current stream\n"
     "of the arrays' framework when it publishes one (torch), else the legacy default stream.\n"
-    "workspace: a 1-D contiguous device array of scratch bytes, used when latent_out is None.\n"
+    "workspace: a 1-D contiguous device array of scratch bytes (cuBLAS's, the latent when\n"
+    "latent_out is None, the decode kernels' partial sums), one per stream.\n"
     "Returns 1 after running; 0 without running when a dimension is zero (out is left as it\n"
     "was); -n without running when the best strategy for the call needs n bytes of workspace\n"
     "(call again with one). Raises ValueError/TypeError with latentkv's message on refusal.";

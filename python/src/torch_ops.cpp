@@ -7,8 +7,8 @@
 // TORCH_CHECK_VALUE -> ValueError for shapes, strides and devices, naming the argument and its
 // value), one allocation for the output, Problem/Args from sizes and element strides, and
 // latentkv::run on torch's current stream of the tensors' device. The output, and the scratch of
-// the strategy that wants it (cuBLAS for the latent when latent_out is not given; the decode
-// kernels' scratch), come from torch's allocator for the device, as at::empty's would (for
+// the strategy that wants it (cuBLAS's, and the latent when latent_out is not given; the decode
+// kernels' partial sums), come from torch's allocator for the device, as at::empty's would (for
 // CUDA the caching allocator: stream-ordered and CUDA-graph safe). A refused call raises with
 // latentkv's message and writes nothing. The fake (meta) kernels stay in Python (latentkv.torch,
 // named by set_python_module), and torch.py loads this library with torch.ops.load_library; it has

@@ -4,7 +4,9 @@
 // happens. float32 runs on FFMA (CUBLAS_COMPUTE_32F, no TF32); bfloat16/float16 on tensor cores
 // with float32 accumulation. The latent is written to args.latent when the caller asks for it,
 // else to args.workspace. The GEMMs go through cuBLASLt with one cached plan per shape (the
-// heuristic runs once, not per call), cublasGemmEx where the heuristic offers none.
+// heuristic runs once, not per call), cublasGemmEx where the heuristic offers none. cuBLAS's own
+// scratch (split-K partial sums and the like) is the rest of args.workspace: the caller's memory,
+// ordered on the caller's stream, so calls on different streams never share it.
 //
 // Row-major C[M,N] = A[M,K] B[K,N] is the column-major product C^T = B^T A^T, so every call passes
 // (B, A) with the row strides as leading dimensions. Batches whose rows are not evenly strided
@@ -28,8 +30,18 @@
 namespace latentkv::detail {
 namespace {
 
-// cuBLAS's own scratch, set once per handle so that no call allocates (graph capture needs that).
-constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+// cuBLAS's scratch, taken from args.workspace after the latent (when the latent lives there too),
+// at a 256-byte boundary as cuBLAS requires. The size NVIDIA recommends for Hopper; a call given
+// less runs the algorithms that need none (slower at some shapes: split-K is among those that do).
+// A buffer of the library's own would be shared by every stream of the device, and GEMMs on two
+// streams may run at the same time.
+constexpr int64_t kScratchBytes = int64_t{32} << 20;
+constexpr int64_t kScratchAlignment = 256;
+
+int64_t latent_workspace_bytes(const Problem& p) {
+  const int64_t bytes = p.tokens() * p.rank * element_size(p.dtype);
+  return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+}
 
 Status cublas_status(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
@@ -42,7 +54,7 @@ Status cublas_status(cublasStatus_t s, const char* what) {
 // redoes that host work on every call; with the plans, calls back to back from C++ on the H200
 // host went from 30.8 to 25.3 us (DeepSeek-V3 T=1) and 29.6 to 26.5 us (T=128), GPU time the
 // same (docs/perf-notes.md).
-using PlanKey = std::array<int64_t, 14>;
+using PlanKey = std::array<int64_t, 15>;
 
 struct GemmPlan {
   PlanKey key{};
@@ -62,12 +74,12 @@ void destroy(GemmPlan& plan) {
   plan = GemmPlan{};
 }
 
-// One handle per device, created on first use; calls on it are serialized (cublasSetStream, the
-// plan cache and the GEMMs of one run() must not interleave with another thread's).
+// One handle per device, created on first use; calls on it are serialized (cublasSetStream and
+// cublasSetWorkspace, the plan cache and the GEMMs of one run() must not interleave with another
+// thread's).
 struct DeviceHandle {
   cublasHandle_t handle = nullptr;
   cublasLtHandle_t lt = nullptr;
-  void* workspace = nullptr;
   std::deque<GemmPlan> plans;
   Status status;
   std::mutex mutex;
@@ -83,14 +95,6 @@ Status device_handle(DeviceHandle** out) {
     const RelaxedCaptureScope relaxed;
     h.status = cublas_status(cublasCreate(&h.handle), "cublasCreate");
     if (h.status.ok()) h.status = cublas_status(cublasLtCreate(&h.lt), "cublasLtCreate");
-    if (h.status.ok()) {
-      h.status = cuda_status(cudaMalloc(&h.workspace, kCublasWorkspaceBytes),
-                             "cudaMalloc(cuBLAS workspace)");
-    }
-    if (h.status.ok()) {
-      h.status = cublas_status(cublasSetWorkspace(h.handle, h.workspace, kCublasWorkspaceBytes),
-                               "cublasSetWorkspace");
-    }
   });
   *out = &h;
   return h.status;
@@ -104,6 +108,15 @@ cudaDataType_t cuda_type(DType dtype) {
   }
   return CUDA_R_32F;
 }
+
+// What every GEMM of one run() shares: the device's handles (locked), the caller's stream and the
+// scratch from the caller's workspace (null and 0 when it has none to spare).
+struct GemmContext {
+  DeviceHandle& h;
+  Stream stream;
+  void* scratch;
+  int64_t scratch_bytes;
+};
 
 // A row-major operand of one batch: base pointer, row stride, stride between batches.
 struct Operand {
@@ -142,7 +155,7 @@ Status lt_layout(cublasLtMatrixLayout_t* layout, cudaDataType_t t, int64_t rows,
 // b.ld), its B our A (inner x rows, ld a.ld), its C ours (cols x rows, ldc).
 Status make_plan(cublasLtHandle_t lt, DType dtype, int64_t batches, int64_t rows, int64_t cols,
                  int64_t inner, Operand a, Operand b, int64_t ldc, int64_t c_batch_stride,
-                 const int64_t (&aligned)[3], GemmPlan* plan) {
+                 const int64_t (&aligned)[3], int64_t scratch_bytes, GemmPlan* plan) {
   const cudaDataType_t t = cuda_type(dtype);
   Status s = cublas_status(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                            "cublasLtMatmulDescCreate");
@@ -153,21 +166,24 @@ Status make_plan(cublasLtHandle_t lt, DType dtype, int64_t batches, int64_t rows
   if (s.ok()) {
     s = cublas_status(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   }
-  const uint64_t workspace = kCublasWorkspaceBytes;
+  const uint64_t workspace = static_cast<uint64_t>(scratch_bytes);
+  if (s.ok()) {
+    s = cublas_status(cublasLtMatmulPreferenceSetAttribute(
+                          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                          sizeof workspace),
+                      "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+  }
   const uint32_t align_a = static_cast<uint32_t>(aligned[1]),  // Lt's A is our B
       align_b = static_cast<uint32_t>(aligned[0]), align_c = static_cast<uint32_t>(aligned[2]);
-  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> prefs[] = {
-      {CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace},
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const uint32_t*> alignments[] = {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c}};
-  for (const auto& [attribute, value] : prefs) {
+  for (const auto& [attribute, value] : alignments) {
     if (!s.ok()) break;
-    const size_t bytes = attribute == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES ? sizeof workspace
-                                                                               : sizeof align_a;
-    s = cublas_status(cublasLtMatmulPreferenceSetAttribute(pref, attribute, value, bytes),
-                      "cublasLtMatmulPreferenceSetAttribute");
+    s = cublas_status(cublasLtMatmulPreferenceSetAttribute(pref, attribute, value, sizeof *value),
+                      "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)");
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
@@ -183,11 +199,11 @@ Status make_plan(cublasLtHandle_t lt, DType dtype, int64_t batches, int64_t rows
 }
 
 // C[b] (rows x cols) = A[b] (rows x inner) @ B[b] (inner x cols) for b < batches (a batch
-// stride of 0 shares an operand), on `stream`: cuBLASLt with the shape's cached plan, or
-// cublasGemmEx where the heuristic offers no algorithm.
-Status gemm(DeviceHandle& h, Stream stream, DType dtype, int64_t batches, int64_t rows,
-            int64_t cols, int64_t inner, Operand a, Operand b, void* c, int64_t ldc,
-            int64_t c_batch_stride) {
+// stride of 0 shares an operand), on the context's stream: cuBLASLt with the shape's cached plan,
+// or cublasGemmEx where the heuristic offers no algorithm.
+Status gemm(const GemmContext& ctx, DType dtype, int64_t batches, int64_t rows, int64_t cols,
+            int64_t inner, Operand a, Operand b, void* c, int64_t ldc, int64_t c_batch_stride) {
+  DeviceHandle& h = ctx.h;
   const float alpha = 1.f, beta = 0.f;
   const int64_t eb = element_size(dtype);
   const int64_t aligned[3] = {alignment(a.data, a.batch_stride * eb),
@@ -195,7 +211,7 @@ Status gemm(DeviceHandle& h, Stream stream, DType dtype, int64_t batches, int64_
                               alignment(c, c_batch_stride * eb)};
   const PlanKey key = {static_cast<int64_t>(dtype), batches, rows, cols, inner, a.ld, b.ld, ldc,
                        a.batch_stride, b.batch_stride, c_batch_stride, aligned[0], aligned[1],
-                       aligned[2]};
+                       aligned[2], ctx.scratch_bytes};
   auto plan = std::find_if(h.plans.begin(), h.plans.end(),
                            [&key](const GemmPlan& p) { return p.key == key; });
   if (plan == h.plans.end()) {
@@ -206,7 +222,7 @@ Status gemm(DeviceHandle& h, Stream stream, DType dtype, int64_t batches, int64_
     GemmPlan fresh;
     fresh.key = key;
     if (Status s = make_plan(h.lt, dtype, batches, rows, cols, inner, a, b, ldc, c_batch_stride,
-                             aligned, &fresh);
+                             aligned, ctx.scratch_bytes, &fresh);
         !s.ok()) {
       destroy(fresh);
       return s;
@@ -217,13 +233,20 @@ Status gemm(DeviceHandle& h, Stream stream, DType dtype, int64_t batches, int64_
   if (!plan->use_gemm_ex) {
     return cublas_status(cublasLtMatmul(h.lt, plan->desc, &alpha, b.data, plan->a, a.data,
                                         plan->b, &beta, c, plan->c, c, plan->c, &plan->algo,
-                                        h.workspace, kCublasWorkspaceBytes, stream),
+                                        ctx.scratch, static_cast<size_t>(ctx.scratch_bytes),
+                                        ctx.stream),
                          "cublasLtMatmul");
   }
   const cudaDataType_t t = cuda_type(dtype);
-  if (Status s = cublas_status(cublasSetStream(h.handle, stream), "cublasSetStream"); !s.ok()) {
-    return s;
+  // cublasSetStream puts the handle back on cuBLAS's default workspace pool (memory of its own,
+  // shared across streams): the call's scratch replaces it, or none at all.
+  Status s = cublas_status(cublasSetStream(h.handle, ctx.stream), "cublasSetStream");
+  if (s.ok()) {
+    s = cublas_status(
+        cublasSetWorkspace(h.handle, ctx.scratch, static_cast<size_t>(ctx.scratch_bytes)),
+        "cublasSetWorkspace");
   }
+  if (!s.ok()) return s;
   if (batches == 1) {
     return cublas_status(cublasGemmEx_64(h.handle, CUBLAS_OP_N, CUBLAS_OP_N, cols, rows, inner,
                                          &alpha, b.data, t, b.ld, a.data, t, a.ld, &beta, c, t,
@@ -257,16 +280,16 @@ struct UpProjection {
 
   bool heads_packed() const { return p.heads == 1 || a.out_stride_head == p.head_dim; }
 
-  Status run(DeviceHandle& handle, Stream stream, Operand w, char* out_half) const {
+  Status run(const GemmContext& ctx, Operand w, char* out_half) const {
     const int64_t eb = element_size(p.dtype);
     if (heads_packed()) {
-      return gemm(handle, stream, p.dtype, rows_fold ? 1 : p.batch, rows_fold ? p.tokens() : p.seq,
+      return gemm(ctx, p.dtype, rows_fold ? 1 : p.batch, rows_fold ? p.tokens() : p.seq,
                   p.kv_width(), p.rank, latent, w, out_half, a.out_stride_seq,
                   a.out_stride_batch);
     }
     const Operand w_heads{w.data, w.ld, p.head_dim};
     if (rows_fold) {
-      return gemm(handle, stream, p.dtype, p.heads, p.tokens(), p.head_dim, p.rank,
+      return gemm(ctx, p.dtype, p.heads, p.tokens(), p.head_dim, p.rank,
                   {latent.data, latent.ld, 0}, w_heads, out_half, a.out_stride_seq,
                   a.out_stride_head);
     }
@@ -275,14 +298,14 @@ struct UpProjection {
     Status s;
     if (p.heads >= p.batch) {
       for (int64_t b = 0; b < p.batch && s.ok(); ++b) {
-        s = gemm(handle, stream, p.dtype, p.heads, p.seq, p.head_dim, p.rank,
+        s = gemm(ctx, p.dtype, p.heads, p.seq, p.head_dim, p.rank,
                  {latent_bytes + b * latent.batch_stride * eb, latent.ld, 0}, w_heads,
                  out_half + b * a.out_stride_batch * eb, a.out_stride_seq, a.out_stride_head);
       }
       return s;
     }
     for (int64_t head = 0; head < p.heads && s.ok(); ++head) {
-      s = gemm(handle, stream, p.dtype, p.batch, p.seq, p.head_dim, p.rank, latent,
+      s = gemm(ctx, p.dtype, p.batch, p.seq, p.head_dim, p.rank, latent,
                {w_bytes + head * p.head_dim * eb, w.ld, 0},
                out_half + head * a.out_stride_head * eb, a.out_stride_seq, a.out_stride_batch);
     }
@@ -292,16 +315,20 @@ struct UpProjection {
 
 }  // namespace
 
-int64_t cuda_gemm_workspace_size(const Problem& p) {
-  return p.tokens() * p.rank * element_size(p.dtype);
+int64_t cuda_gemm_workspace_size(const Problem& p, bool with_latent) {
+  // kScratchAlignment more: the scratch starts at a 256-byte boundary wherever the workspace does.
+  return (with_latent ? 0 : latent_workspace_bytes(p)) + kScratchAlignment + kScratchBytes;
 }
 
 Status cuda_gemm_supports(const Problem& p, const Args& a) {
-  if (a.latent == nullptr && a.workspace_bytes < cuda_gemm_workspace_size(p)) {
+  const int64_t latent_bytes = p.tokens() * p.rank * element_size(p.dtype);
+  if (a.latent == nullptr && (a.workspace == nullptr || a.workspace_bytes < latent_bytes)) {
     return {StatusCode::kInvalidArgument,
             "args.workspace_bytes = " + std::to_string(a.workspace_bytes) +
-                " with args.latent = null: cuda-gemm needs a latent buffer or " +
-                std::to_string(cuda_gemm_workspace_size(p)) + " bytes of workspace"};
+                " with args.latent = null: cuda-gemm needs a latent buffer or at least " +
+                std::to_string(latent_bytes) + " bytes of workspace (" +
+                std::to_string(cuda_gemm_workspace_size(p, false)) +
+                " with cuBLAS's scratch)"};
   }
   return Status::Ok();
 }
@@ -313,12 +340,26 @@ Status run_cuda_gemm(const Problem& p, const Args& a, Stream stream) {
   const int64_t eb = element_size(p.dtype);
   Operand latent{a.latent, a.latent_stride_seq, a.latent_stride_batch};
   if (a.latent == nullptr) latent = {a.workspace, p.rank, p.seq * p.rank};  // [B, S, R] packed
+  // The scratch: the workspace after the latent (if it holds it), from a 256-byte boundary;
+  // none where the caller gave less than workspace_size() asks for.
+  GemmContext ctx{*h, stream, nullptr, 0};
+  if (a.workspace != nullptr) {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(a.workspace);
+    const uintptr_t end = base + static_cast<uintptr_t>(a.workspace_bytes);
+    const int64_t latent_part = a.latent == nullptr ? latent_workspace_bytes(p) : 0;
+    uintptr_t start = base + static_cast<uintptr_t>(latent_part);
+    start = (start + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+    if (start < end && end - start >= static_cast<uintptr_t>(kScratchBytes)) {
+      ctx.scratch = reinterpret_cast<void*>(start);
+      ctx.scratch_bytes = kScratchBytes;
+    }
+  }
   const bool latent_folds = folds(p, latent.batch_stride, latent.ld);
 
   // latent [rows, R] = hidden [rows, D] @ w_down [D, R]: one GEMM over all T rows where hidden
   // and the latent fold, else one batch per b.
   const bool down_folds = latent_folds && folds(p, a.hidden_stride_batch, a.hidden_stride_seq);
-  Status s = gemm(*h, stream, p.dtype, down_folds ? 1 : p.batch, down_folds ? p.tokens() : p.seq,
+  Status s = gemm(ctx, p.dtype, down_folds ? 1 : p.batch, down_folds ? p.tokens() : p.seq,
                   p.rank, p.model_dim, {a.hidden, a.hidden_stride_seq, a.hidden_stride_batch},
                   {a.w_down, a.w_down_stride_row, 0}, const_cast<void*>(latent.data), latent.ld,
                   latent.batch_stride);
@@ -337,13 +378,13 @@ Status run_cuda_gemm(const Problem& p, const Args& a, Stream stream) {
       static_cast<const char*>(a.w_up_v) - static_cast<const char*>(a.w_up_k);
   if (p.dtype != DType::kFloat32 && up.heads_packed() && up.rows_fold && kv_gap > 0 &&
       kv_gap % eb == 0 && a.w_up_k_stride_row == a.w_up_v_stride_row && a.out_stride_kv > 0) {
-    return gemm(*h, stream, p.dtype, 2, p.tokens(), p.kv_width(), p.rank,
+    return gemm(ctx, p.dtype, 2, p.tokens(), p.kv_width(), p.rank,
                 {latent.data, latent.ld, 0}, {a.w_up_k, a.w_up_k_stride_row, kv_gap / eb}, out,
                 a.out_stride_seq, a.out_stride_kv);
   }
-  s = up.run(*h, stream, {a.w_up_k, a.w_up_k_stride_row, 0}, out);
+  s = up.run(ctx, {a.w_up_k, a.w_up_k_stride_row, 0}, out);
   if (s.ok()) {
-    s = up.run(*h, stream, {a.w_up_v, a.w_up_v_stride_row, 0}, out + a.out_stride_kv * eb);
+    s = up.run(ctx, {a.w_up_v, a.w_up_v_stride_row, 0}, out + a.out_stride_kv * eb);
   }
   return s;
 }

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -202,9 +203,9 @@ double error_of(const std::vector<double>& got, const std::vector<double>& ref) 
   return relative_error(as_float.data(), ref);
 }
 
-Expected expected_for(const Problem& p) {
+Expected expected_for(const Problem& p, uint64_t seed = kSeed) {
   Expected e;
-  e.in = random_inputs(p, kSeed);
+  e.in = random_inputs(p, seed);
   reference_kv_proj(p, e.in, &e.out, &e.latent);
   if (p.dtype == DType::kFloat32) return e;
   std::vector<double> latent = e.latent;
@@ -534,6 +535,38 @@ struct OwnedGraph {
 };
 
 // run() enqueues on the caller's stream: a non-blocking stream, synchronized alone, has the result.
+// cuBLAS's scratch comes from the caller's workspace, and cuda-gemm runs without it: with a latent
+// output and no workspace, and with only the latent's bytes of workspace (algorithms that need no
+// scratch then). K = 2048 against 24 rows is where cuBLAS picks split-K when it may.
+TEST(GpuGemm, CublasScratchIsOptional) {
+  SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    Problem p = shape(2, 12, 2048, 128, 4, 64);
+    p.dtype = dtype;
+    const Expected e = expected_for(p);
+    for (bool with_latent : {true, false}) {
+      SCOPED_TRACE(p.to_string() + (with_latent ? ", latent, no workspace"
+                                                : ", no latent, the latent's bytes of workspace"));
+      const StridedBuffers host = strided_buffers(p, e.in, padded_args(p, 0), with_latent);
+      DeviceCall dev;
+      dev.init(p, host, 0);
+      if (HasFatalFailure()) return;
+      Args args = dev.args;
+      args.workspace = with_latent ? nullptr : dev.args.workspace;
+      args.workspace_bytes = with_latent ? 0 : p.tokens() * p.rank * element_size(p.dtype);
+      CUDA_ASSERT(dev.poison(nullptr));
+      const Status s = run(p, args, cuda_options(Strategy::kCudaGemm));
+      ASSERT_TRUE(s.ok()) << s.message();
+      CUDA_ASSERT(cudaDeviceSynchronize());
+      expect_output_matches(dev.out, p.dtype, host.out_offsets, e.out, e.out_tolerance, "out");
+      if (with_latent) {
+        expect_output_matches(dev.latent, p.dtype, host.latent_offsets, e.latent,
+                              e.latent_tolerance, "latent");
+      }
+    }
+  }
+}
+
 TEST(GpuStreams, RunsOnAUserStream) {
   SKIP_WITHOUT_CUDA();
   OwnedStream s;
@@ -547,6 +580,57 @@ TEST(GpuStreams, RunsOnAUserStream) {
       EXPECT_GT(expect_cuda_matches(p, e, padded_args(p, pad), with_latent, &why, 0, s.stream), 0)
           << why;
     }
+  }
+}
+
+void CUDART_CB sleep_20ms(void*) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+// Two calls with different inputs on two streams, released together (both streams wait on an
+// event that a third stream records after a 20 ms host function, so both calls are queued before
+// either starts): each must compute its own result. cuBLAS's scratch is each call's workspace; a
+// buffer per device would be shared by GEMMs running side by side. DeepSeek-V3-sized down
+// projection at T = 32 (split-K with scratch), bf16 and float32, five rounds.
+TEST(GpuStreams, ConcurrentCallsOnTwoStreams) {
+  SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::kBFloat16, DType::kFloat32}) {
+    Problem p = shape(1, 32, 7168, 512, 4, 128);
+    p.dtype = dtype;
+    SCOPED_TRACE(p.to_string());
+    const Expected e[2] = {expected_for(p, kSeed), expected_for(p, kSeed + 1)};
+    StridedBuffers host[2];
+    DeviceCall dev[2];
+    OwnedStream streams[3];
+    for (int i = 0; i < 2; ++i) {
+      host[i] = strided_buffers(p, e[i].in, padded_args(p, 0), false);
+      dev[i].init(p, host[i], 0);
+      if (HasFatalFailure()) return;
+    }
+    for (OwnedStream& s : streams) {
+      CUDA_ASSERT(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+    }
+    cudaEvent_t gate = nullptr;
+    CUDA_ASSERT(cudaEventCreateWithFlags(&gate, cudaEventDisableTiming));
+    for (int round = 0; round < 5; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      CUDA_ASSERT(cudaLaunchHostFunc(streams[2].stream, sleep_20ms, nullptr));
+      CUDA_ASSERT(cudaEventRecord(gate, streams[2].stream));
+      for (int i = 0; i < 2; ++i) {
+        CUDA_ASSERT(cudaStreamWaitEvent(streams[i].stream, gate, 0));
+        CUDA_ASSERT(dev[i].poison(streams[i].stream));
+        const Status s = run(p, dev[i].args, cuda_options(Strategy::kCudaGemm, streams[i].stream));
+        ASSERT_TRUE(s.ok()) << s.message();
+      }
+      CUDA_ASSERT(cudaDeviceSynchronize());
+      for (int i = 0; i < 2; ++i) {
+        expect_output_matches(dev[i].out, p.dtype, host[i].out_offsets, e[i].out,
+                              e[i].out_tolerance, i == 0 ? "out of stream 0" : "out of stream 1");
+      }
+    }
+    CUDA_ASSERT(cudaEventDestroy(gate));
   }
 }
 

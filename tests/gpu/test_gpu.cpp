@@ -486,6 +486,8 @@ TEST_F(GpuSeedCall, RefusalsLeaveDeviceOutputsUntouched) {
   wide.heads += 1;  // wider than the weights' rows
   Args no_workspace = dev.args;
   no_workspace.latent = nullptr;
+  no_workspace.workspace = nullptr;
+  no_workspace.workspace_bytes = 0;
   Args workspace_on_out = no_workspace;
   workspace_on_out.workspace = dev.args.out;
   workspace_on_out.workspace_bytes = workspace_size(p, cuda_options(Strategy::kCudaGemm));

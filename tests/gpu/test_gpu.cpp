@@ -536,7 +536,6 @@ struct OwnedGraph {
   }
 };
 
-// run() enqueues on the caller's stream: a non-blocking stream, synchronized alone, has the result.
 // cuBLAS's scratch comes from the caller's workspace, and cuda-gemm runs without it: with a latent
 // output and no workspace, and with only the latent's bytes of workspace (algorithms that need no
 // scratch then). K = 2048 against 24 rows is where cuBLAS picks split-K when it may.
@@ -569,6 +568,7 @@ TEST(GpuGemm, CublasScratchIsOptional) {
   }
 }
 
+// run() enqueues on the caller's stream: a non-blocking stream, synchronized alone, has the result.
 TEST(GpuStreams, RunsOnAUserStream) {
   SKIP_WITHOUT_CUDA();
   OwnedStream s;

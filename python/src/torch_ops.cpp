@@ -11,8 +11,12 @@
 // kernels' partial sums), come from torch's allocator for the device, as at::empty's would (for
 // CUDA the caching allocator: stream-ordered and CUDA-graph safe). A refused call raises with
 // latentkv's message and writes nothing. The fake (meta) kernels stay in Python (latentkv.torch,
-// named by set_python_module), and torch.py loads this library with torch.ops.load_library; it has
-// no Python linkage. LATENTKV_TORCH_CUDA (set by CMake only when torch has CUDA) compiles the CUDA
+// named by set_python_module), and torch.py loads this library with torch.ops.load_library.
+//
+// The same file is the Python extension module latentkv._torch_ops (linked against torch_python):
+// kv_proj_eager, the op's kernel called from Python without the dispatcher, and the C call of
+// LatentKVProjection (install_fast_call), the eager path of the module and of latentkv.torch's
+// kv_proj. LATENTKV_TORCH_CUDA (set by CMake only when torch has CUDA) compiles the CUDA
 // registration, device guard and stream lookup.
 #include <ATen/EmptyTensor.h>
 #include <ATen/PythonTorchFunctionTLS.h>

@@ -38,9 +38,11 @@ namespace {
 constexpr int64_t kScratchBytes = int64_t{32} << 20;
 constexpr int64_t kScratchAlignment = 256;
 
+// The latent [T, R] when it lives in the workspace, and the room it takes there (the scratch
+// follows at a 256-byte boundary).
+int64_t latent_bytes(const Problem& p) { return p.tokens() * p.rank * element_size(p.dtype); }
 int64_t latent_workspace_bytes(const Problem& p) {
-  const int64_t bytes = p.tokens() * p.rank * element_size(p.dtype);
-  return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+  return (latent_bytes(p) + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
 }
 
 Status cublas_status(cublasStatus_t s, const char* what) {
@@ -321,12 +323,11 @@ int64_t cuda_gemm_workspace_size(const Problem& p, bool with_latent) {
 }
 
 Status cuda_gemm_supports(const Problem& p, const Args& a) {
-  const int64_t latent_bytes = p.tokens() * p.rank * element_size(p.dtype);
-  if (a.latent == nullptr && (a.workspace == nullptr || a.workspace_bytes < latent_bytes)) {
+  if (a.latent == nullptr && (a.workspace == nullptr || a.workspace_bytes < latent_bytes(p))) {
     return {StatusCode::kInvalidArgument,
             "args.workspace_bytes = " + std::to_string(a.workspace_bytes) +
                 " with args.latent = null: cuda-gemm needs a latent buffer or at least " +
-                std::to_string(latent_bytes) + " bytes of workspace (" +
+                std::to_string(latent_bytes(p)) + " bytes of workspace (" +
                 std::to_string(cuda_gemm_workspace_size(p, false)) +
                 " with cuBLAS's scratch)"};
   }

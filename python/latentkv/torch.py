@@ -404,7 +404,8 @@ def _dynamo_skips_top_frame(code):
 _dynamo_skips_top_frame(LatentKVProjection.__call__.__code__)
 if OPS_BACKEND == "c++":
     # `module(x)` runs __call__'s checks and fast path in C (the class's tp_call slot); __call__
-    # above stays what torch.compile inlines and what every declined call runs.
+    # above stays what torch.compile inlines and what every declined call runs. The checks live in
+    # both places (module_fast_path in src/torch_ops.cpp): change them together.
     _torch_ops.install_fast_call(
         LatentKVProjection, LatentKVProjection.__call__, _Module, _module_call,
         _dynamo_frame_callback,

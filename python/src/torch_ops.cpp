@@ -324,7 +324,8 @@ PyObject* kv_proj_eager(PyObject* /*module*/, PyObject* const* args, Py_ssize_t 
 // torch.compile inlines and what explicit `module.__call__(x)` runs) to module_fast_call, which
 // makes the Python __call__'s fast-path checks in C and calls kv_proj_eager, and otherwise calls
 // that Python __call__. Measured on the H200's hosts, the Python frame and its checks cost 1.3-1.9
-// us of a ~10 us call. Assigning the class's __call__ again restores CPython's own slot.
+// us of a ~10 us call. Assigning the class's __call__ again restores CPython's own slot. The checks
+// mirror __call__'s in latentkv/torch.py: change them together.
 struct FastCall {
   PyTypeObject* cls = nullptr;       // LatentKVProjection; subclasses take the Python __call__
   PyObject* python_call = nullptr;   // LatentKVProjection.__call__, the full logic

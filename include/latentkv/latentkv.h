@@ -124,6 +124,10 @@ enum class Strategy {
                 // once, so it does not run beside other kernels; where fewer SMs are available
                 // than the device reports (MPS limits, green contexts) the launch is refused
                 // with kUnsupported, and kAuto runs cuda-gemm instead); needs the workspace
+  // The MLA path (latentkv/mla.h):
+  kCpuMla,      // CPU: float32, the reference path
+  kCudaMlaGemm, // CUDA: cuBLASLt GEMMs; norms, RoPE, the cache row and K's k_pe columns in one
+                // pass over the first GEMM's output; K and V written in place by the second
 };
 const char* to_string(Strategy strategy);
 
@@ -159,3 +163,5 @@ Status select_strategy(const Problem& problem, const Args& args, const Options& 
 Status run(const Problem& problem, const Args& args, const Options& options = {});
 
 }  // namespace latentkv
+
+#include "latentkv/mla.h"  // the MLA KV path: MlaProblem, MlaArgs and their check()/run()

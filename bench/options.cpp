@@ -124,7 +124,9 @@ bool parse_token_list(const std::string& text, std::vector<int64_t>* tokens) {
 // The strategy's own backend, so that --strategy alone is enough.
 Backend backend_of(Strategy strategy) {
   switch (strategy) {
-    case Strategy::kCpuBlocked: return Backend::kCpu;
+    case Strategy::kCpuBlocked:
+    case Strategy::kCpuMla: return Backend::kCpu;
+    case Strategy::kCudaMlaGemm:
     case Strategy::kCudaFused:
     case Strategy::kCudaGemm:
     case Strategy::kCudaDecode: return Backend::kCuda;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "backends.h"
+#include "validation.h"
 #include "latentkv/latentkv.h"
 
 namespace latentkv {
@@ -49,6 +50,8 @@ const char* to_string(Strategy strategy) {
     case Strategy::kCudaFused: return "cuda-fused";
     case Strategy::kCudaGemm: return "cuda-gemm";
     case Strategy::kCudaDecode: return "cuda-decode";
+    case Strategy::kCpuMla: return "cpu-mla";
+    case Strategy::kCudaMlaGemm: return "cuda-mla-gemm";
   }
   return "unknown strategy";
 }
@@ -111,82 +114,14 @@ Backend resolve_backend(Backend backend) {
 
 namespace {
 
-Status invalid(const std::string& what) { return {StatusCode::kInvalidArgument, what}; }
-
-// One tensor dimension as validation sees it: extent and element stride.
-struct Dim {
-  int64_t extent;
-  int64_t stride;
-  const char* stride_name;  // the Args field, for messages; null for the contiguous inner dim
-};
-
-// [first, last] element offsets a tensor touches, relative to its base pointer.
-struct Span {
-  int64_t last = 0;  // largest element offset
-};
-
-// Checks that a row-major (outermost first) layout with padded strides has non-negative strides,
-// that each stride holds the dimension inside it (no overlapping rows) and that the largest
-// element offset, in bytes, fits in int64. Dims of extent 1 may carry any non-negative stride.
-Status check_layout(const char* tensor, const Dim* dims, int rank, int64_t elem_bytes,
-                    Span* span) {
-  int64_t inner_extent = 1;  // elements covered by the dims inside the current one
-  int64_t last = 0;
-  for (int i = rank - 1; i >= 0; --i) {
-    const Dim& d = dims[i];
-    if (d.stride_name != nullptr) {
-      if (d.stride < 0) {
-        return invalid(std::string(d.stride_name) + " = " + std::to_string(d.stride) +
-                       " is negative");
-      }
-      if (d.extent > 1 && d.stride < inner_extent) {
-        return invalid(std::string(d.stride_name) + " = " + std::to_string(d.stride) + " for " +
-                       tensor + " is smaller than the " + std::to_string(inner_extent) +
-                       " elements of the dimensions inside it, so rows would overlap");
-      }
-    }
-    int64_t reach = 0;
-    if (__builtin_mul_overflow(d.extent - 1, d.stride, &reach) ||
-        __builtin_add_overflow(last, reach, &last) || last == INT64_MAX) {
-      return invalid(std::string(tensor) + " spans more than 2^63 elements with " +
-                     (d.stride_name ? d.stride_name : "its inner dimension") + " = " +
-                     std::to_string(d.stride));
-    }
-    inner_extent = last + 1;
-  }
-  int64_t bytes = 0;
-  if (__builtin_mul_overflow(last + 1, elem_bytes, &bytes)) {
-    return invalid(std::string(tensor) + " spans more than 2^63 bytes");
-  }
-  span->last = last;
-  return Status::Ok();
-}
-
-struct Range {
-  const char* name;
-  uintptr_t begin, end;  // bytes [begin, end)
-};
-
-Range byte_range(const char* name, const void* base, const Span& span, int64_t elem_bytes) {
-  const uintptr_t b = reinterpret_cast<uintptr_t>(base);
-  return {name, b, b + static_cast<uintptr_t>((span.last + 1) * elem_bytes)};
-}
-
-bool overlaps(const Range& a, const Range& b) { return a.begin < b.end && b.begin < a.end; }
-
-Status check_positive(const char* name, int64_t value) {
-  if (value <= 0) {
-    return invalid(std::string("problem.") + name + " = " + std::to_string(value) +
-                   " must be positive");
-  }
-  return Status::Ok();
-}
-
-#define LATENTKV_RETURN_IF_ERROR(expr)   \
-  do {                                   \
-    Status status_ = (expr);             \
-    if (!status_.ok()) return status_;   \
-  } while (0)
+using detail::byte_range;
+using detail::check_layout;
+using detail::check_positive;
+using detail::Dim;
+using detail::invalid;
+using detail::overlaps;
+using detail::Range;
+using detail::Span;
 
 Status check_problem(const Problem& p) {
   LATENTKV_RETURN_IF_ERROR(check_positive("batch", p.batch));
@@ -423,7 +358,7 @@ Status run(const Problem& problem, const Args& args, const Options& options) {
       }
       return decoded;
     }
-    case Strategy::kAuto: break;
+    default: break;
   }
   return {StatusCode::kUnsupported, "no strategy takes " + problem.to_string()};
 }

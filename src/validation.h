@@ -1,0 +1,51 @@
+// Validation helpers shared by the API layers of every operation (api.cpp for the projection,
+// mla/api.cpp for the MLA path): tensor layouts as (extent, stride) lists checked for negative or
+// overlapping strides and int64 overflow, byte ranges for the aliasing checks, and the
+// positive-dimension check. Every refusal names the argument and its value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "latentkv/latentkv.h"
+
+namespace latentkv::detail {
+
+#define LATENTKV_RETURN_IF_ERROR(expr)   \
+  do {                                   \
+    ::latentkv::Status status_ = (expr); \
+    if (!status_.ok()) return status_;   \
+  } while (0)
+
+inline Status invalid(const std::string& what) { return {StatusCode::kInvalidArgument, what}; }
+
+// One tensor dimension as validation sees it: extent and element stride.
+struct Dim {
+  int64_t extent;
+  int64_t stride;
+  const char* stride_name;  // the Args field, for messages; null for the contiguous inner dim
+};
+
+// The element offsets a tensor touches, relative to its base pointer.
+struct Span {
+  int64_t last = 0;  // largest element offset
+};
+
+// Checks that a row-major (outermost first) layout with padded strides has non-negative strides,
+// that each stride holds the dimension inside it (no overlapping rows) and that the largest
+// element offset, in bytes, fits in int64. Dims of extent 1 may carry any non-negative stride.
+Status check_layout(const char* tensor, const Dim* dims, int rank, int64_t elem_bytes, Span* span);
+
+struct Range {
+  const char* name;
+  uintptr_t begin, end;  // bytes [begin, end)
+};
+
+Range byte_range(const char* name, const void* base, const Span& span, int64_t elem_bytes);
+
+inline bool overlaps(const Range& a, const Range& b) { return a.begin < b.end && b.begin < a.end; }
+
+// "problem.<name> = <value> must be positive" unless value > 0.
+Status check_positive(const char* name, int64_t value);
+
+}  // namespace latentkv::detail

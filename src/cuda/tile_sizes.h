@@ -1,0 +1,80 @@
+// The tile constants that problem shapes depend on, one place for the kernels and for the tests.
+//
+// Every kernel whose correctness changes at a tile boundary (a partial last token tile, a column
+// tile that straddles K|V, a rank not a multiple of the row alignment) takes its sizes from here,
+// and tests/common/cases.cpp derives its edge shapes from the same names (a tile minus one, a tile,
+// a tile plus one), so the edge cases move with the kernels. Host-includable: no CUDA headers, so
+// the CPU backend, the tests and the benchmark can include it too. The reason for each number is
+// next to it; the measurements behind them are in docs/perf.md.
+#pragma once
+
+namespace latentkv::detail::tiles {
+
+// ---- cuda-fused (fused_fp32.cu): float32, one launch, the latent tile in shared memory ----
+// Streaming configuration: 4 tokens per block gives ~100 token tiles at the founding size (T=384),
+// enough blocks to spread a launch-latency-bound problem over the SMs.
+constexpr int kFusedStreamTokens = 4;
+constexpr int kFusedStreamThreads = 256;  // 16 slices of D, 8 of R: <= 16 weight loads per thread
+// Its up projection's pass: 32 column groups x 4 columns of the 2N [K | V] columns.
+constexpr int kFusedStreamUpCols = 128;
+// Resident configuration: 16 tokens per tile, so each weight read from shared memory feeds 4
+// (down) or 8 (up) tokens, enough to keep the FMA pipes ahead of the shared-memory port.
+constexpr int kFusedResidentTokens = 16;
+constexpr int kFusedResidentThreads = 512;
+constexpr int kFusedResidentUpCols = 256;  // 64 column groups x 4 columns per up pass
+// Both: the down projection's pass is 16 column groups x 4 = 64 latent columns.
+constexpr int kFusedDownCols = 64;
+// Rows are read 4 floats at a time (16 bytes) when D, R and 2N are multiples of this.
+constexpr int kFusedVectorWidth = 4;
+
+// ---- cuda-decode, float32 (decode_stream.cu): FFMA, weights streamed over every SM ----
+// The strategy's limit on T = batch * seq: a token group of <= 4 accumulates in registers, and
+// 16 x 512 floats of latent fit shared memory.
+constexpr int kDecodeStreamMaxTokens = 16;
+constexpr int kDecodeStreamMaxGroup = 4;  // tokens per pass: 1, 2 or 4 (matched to T)
+constexpr int kDecodeStreamThreads = 256;
+// Stage 1: latent columns per block, 8 lanes x a 16-byte vector (4 floats).
+constexpr int kDecodeStreamDownCols = 32;
+constexpr int kDecodeStreamDownSlots = 32;  // rows of D per load step: 8 warps x 4
+// Stage 3: columns of [w_up_k | w_up_v] per tile, 4 lanes x a 16-byte vector (4 floats).
+constexpr int kDecodeStreamUpCols = 16;
+constexpr int kDecodeStreamUpSlots = 64;  // rows of R per load step: 8 warps x 8
+constexpr int kDecodeStreamUpLoads = 8;   // 16-byte loads per thread and tile, in registers
+// R held in registers by stage 3: 64 slots x 8 loads, the rank of every MLA model so far.
+constexpr int kDecodeStreamMaxRank = kDecodeStreamUpSlots * kDecodeStreamUpLoads;
+// R and H*Dh must be multiples of one 16-byte vector of float.
+constexpr int kDecodeStreamVectorWidth = 4;
+
+// ---- cuda-decode, bfloat16/float16 (decode_tensor_core.cu): mma.sync m16n8k16 ----
+constexpr int kDecodeTcThreads = 256;
+constexpr int kDecodeTcMmaCols = 8;  // the MMA's N; also a down item's width in latent columns
+constexpr int kDecodeTcKStep = 16;   // the MMA's K
+// The MMA's M is the tokens: the limit on T (T = 1 and T = 16 cost the same instructions).
+constexpr int kDecodeTcTokens = 16;
+constexpr int kDecodeTcBoxRows = 64;  // rows per bulk tensor copy (one TMA box)
+// Up: R rounded up to this, so each K half of a weight tile is a multiple of the 32 rows one
+// ldmatrix.x4.trans covers.
+constexpr int kDecodeTcUpRowAlign = 4 * kDecodeTcKStep;
+// Down: a chunk of D is a multiple of 8 warps x 2 K steps (32 rows per warp step).
+constexpr int kDecodeTcDownRowAlign = (kDecodeTcThreads / 32) * 2 * kDecodeTcKStep;
+// Up tile widths (columns of w_up_k / w_up_v): wide once there are enough tiles per SM.
+constexpr int kDecodeTcNarrowUpCols = 32;
+constexpr int kDecodeTcWideUpCols = 64;
+// R and H*Dh must be multiples of 8 elements (16-byte weight rows of bf16/fp16).
+constexpr int kDecodeTcVectorWidth = 8;
+
+// ---- cpu-blocked (cpu/cpu_blocked.cpp): the float32 CPU backend ----
+// Register tile: 6 tokens x 16 columns = 12 ymm accumulators (+2 loads, 1 broadcast of 16).
+constexpr int kCpuRows = 6;
+constexpr int kCpuRegisterCols = 16;
+// Tokens per work item: each W panel serves 4 register tiles.
+constexpr int kCpuTileTokens = 24;
+// w_down rows per pass: a 256 x 16 float panel is 16 KB, in L1.
+constexpr int kCpuDBlock = 256;
+// Latent columns per pass: the stack tile is 24 x 256 floats (24 KB).
+constexpr int kCpuRBlock = 256;
+
+static_assert(kCpuTileTokens % kCpuRows == 0, "a token tile is a whole number of register tiles");
+static_assert(kDecodeStreamMaxTokens % kDecodeStreamMaxGroup == 0, "token groups split the limit");
+
+}  // namespace latentkv::detail::tiles

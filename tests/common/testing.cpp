@@ -1,5 +1,5 @@
 // The shared test and benchmark support declared in testing.h: random inputs, the float64
-// reference, the error metric, the case lists and strided-layout helpers. Everything is plain,
+// reference, the error metric and strided-layout helpers. Everything is plain,
 // deterministic host code (its own uniform draws from std::mt19937_64, so a seed gives the same
 // inputs with any standard library) and easy to trust: the reference is three loops in float64.
 #include "testing.h"
@@ -16,11 +16,6 @@ namespace {
 // Uniform in [-1, 1) from the top 53 bits of one draw.
 double uniform_pm1(std::mt19937_64& rng) {
   return static_cast<double>(rng() >> 11) * 0x1.0p-53 * 2.0 - 1.0;
-}
-
-// Uniform integer in [lo, hi]; the modulo bias is irrelevant for ranges this small.
-int64_t uniform_int(std::mt19937_64& rng, int64_t lo, int64_t hi) {
-  return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
 }
 
 // count values ~ U(-1, 1) * scale rounded to dtype, redrawn when the rounding gives zero.
@@ -66,17 +61,6 @@ std::vector<std::pair<int64_t, int64_t>> tensor_dims(const Problem& p, const Arg
 }
 
 }  // namespace
-
-Problem shape(int64_t b, int64_t s, int64_t d, int64_t r, int64_t h, int64_t dh) {
-  Problem p;
-  p.batch = b;
-  p.seq = s;
-  p.model_dim = d;
-  p.rank = r;
-  p.heads = h;
-  p.head_dim = dh;
-  return p;
-}
 
 float round_to_dtype(float value, DType dtype) {
   if (dtype == DType::kBFloat16) return round_mantissa(value, 16);  // 8 of float32's 24 bits
@@ -148,65 +132,6 @@ std::string problem_id(const Problem& p) {
   return "B" + std::to_string(p.batch) + "_S" + std::to_string(p.seq) + "_D" +
          std::to_string(p.model_dim) + "_R" + std::to_string(p.rank) + "_H" +
          std::to_string(p.heads) + "_Dh" + std::to_string(p.head_dim);
-}
-
-std::vector<NamedCase> preset_cases() {
-  return {
-      {"seed", shape(4, 96, 256, 48, 4, 32)},        // the founding case, T = 384
-      {"seed-x16", shape(16, 384, 256, 48, 4, 32)},  // T = 6144
-      {"deepseek-v2-lite", shape(1, 64, 2048, 512, 16, 128)},
-      {"deepseek-v3", shape(1, 128, 7168, 512, 128, 128)},
-  };
-}
-
-bool find_preset(const std::string& name, Problem* problem) {
-  for (const NamedCase& c : preset_cases()) {
-    if (c.name == name) {
-      *problem = c.problem;
-      return true;
-    }
-  }
-  return false;
-}
-
-// The tile sizes behind these: CPU register tiles of 6 tokens x 16 columns, token tiles of 24,
-// D and R blocks of 256; CUDA token tiles of 4 and 16, 64 latent columns and 256 output columns
-// per pass, vec4 loads that need D, R and N % 4 == 0.
-std::vector<Problem> edge_shapes() {
-  std::vector<Problem> shapes;
-  // Token counts around the tiles (one tile minus one, one, plus one), at the founding D, R, H, Dh,
-  // split over batch and seq in different ways so tiles cross batch boundaries.
-  const int64_t token_splits[][2] = {{1, 1},  {5, 1},  {2, 3},  {7, 1},  {1, 11}, {3, 4},
-                                     {1, 13}, {3, 5},  {2, 8},  {1, 17}, {1, 23}, {4, 6},
-                                     {5, 5},  {1, 31}, {4, 8},  {3, 11}, {1, 47}, {6, 8},
-                                     {7, 7},  {7, 9},  {1, 64}, {5, 13}, {1, 733}};
-  for (const auto& bs : token_splits) shapes.push_back(shape(bs[0], bs[1], 256, 48, 4, 32));
-  // Everything odd, few tokens.
-  for (int64_t t : {1, 5, 17, 33}) shapes.push_back(shape(1, t, 37, 19, 3, 11));
-  // Model dims: tiny, odd, around the 256 D block.
-  for (int64_t d : {1, 3, 5, 255, 257, 513}) shapes.push_back(shape(3, 3, d, 16, 2, 8));
-  // Ranks: one, odd, around the register tile, the 64-column CUDA pass and the 256 R block.
-  for (int64_t r : {1, 15, 17, 47, 49, 65, 255, 256, 257, 513}) {
-    shapes.push_back(shape(2, 3, 40, r, 2, 16));
-  }
-  // Output widths: N = 1, odd Dh, N not a multiple of 4, around the 256-column CUDA pass.
-  const int64_t heads_dims[][2] = {{1, 1}, {7, 1},   {1, 33}, {3, 33},
-                                   {5, 3}, {2, 129}, {5, 51}, {1, 257}};
-  for (const auto& hd : heads_dims) shapes.push_back(shape(2, 5, 24, 12, hd[0], hd[1]));
-  shapes.push_back(shape(1, 1, 1, 1, 1, 1));
-  return shapes;
-}
-
-std::vector<Problem> random_shapes(int count, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<Problem> shapes;
-  for (int i = 0; i < count; ++i) {
-    const int64_t b = uniform_int(rng, 1, 4), s = uniform_int(rng, 1, 70);
-    const int64_t d = uniform_int(rng, 1, 300), r = uniform_int(rng, 1, 80);
-    const int64_t h = uniform_int(rng, 1, 6), dh = uniform_int(rng, 1, 48);
-    shapes.push_back(shape(b, s, d, r, h, dh));
-  }
-  return shapes;
 }
 
 Args padded_args(const Problem& p, int64_t pad) {

@@ -1,5 +1,6 @@
 // Shared by the tests and latentkv-bench: the float64 reference, random inputs, the error metric
-// and the case lists (derived from the kernels' tile sizes), so both exercise the same shapes.
+// and strided-layout helpers. The case lists (derived from the kernels' tile sizes) are in
+// cases.h, included here, so both exercise the same shapes.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cases.h"
 #include "latentkv/latentkv.h"
 
 namespace latentkv {
@@ -46,16 +48,6 @@ constexpr double kFloat32Tolerance = 1e-5;
 
 // The shape as an identifier, "B4_S96_D256_R48_H4_Dh32" (test names).
 std::string problem_id(const Problem& problem);
-
-// Named cases (the founding case and the presets of latentkv-bench).
-struct NamedCase {
-  std::string name;
-  Problem problem;
-};
-// A float32 problem of batch b, seq s, model_dim d, rank r, heads h, head_dim dh.
-Problem shape(int64_t b, int64_t s, int64_t d, int64_t r, int64_t h, int64_t dh);
-std::vector<NamedCase> preset_cases();  // "seed", "deepseek-v2-lite", "deepseek-v3", ...
-bool find_preset(const std::string& name, Problem* problem);
 
 // value rounded to the nearest value of dtype (round to nearest even); float32 values unchanged.
 float round_to_dtype(float value, DType dtype);
@@ -97,10 +89,5 @@ StridedBuffers strided_buffers(const Problem& problem, const HostInputs& in, con
 // Elements of buffer that are not NaN: after a correct run on a NaN-poisoned buffer, exactly the
 // tensor's own elements (so a larger count means padding was written).
 int64_t count_not_nan(const std::vector<float>& buffer);
-
-// Edge shapes: one token, tile tails (one tile minus one, a tile plus one), odd D/R/Dh, R=1, H=1.
-std::vector<Problem> edge_shapes();
-// count random shapes, small enough for the float64 reference to be quick.
-std::vector<Problem> random_shapes(int count, uint64_t seed);
 
 }  // namespace latentkv::testing

@@ -18,8 +18,9 @@
 //
 // Device-side indices never read or write out of bounds: a position outside [0, max_position)
 // makes that token's k_pe NaN (in K and in the cache row) and reads nothing; a slot < 0 is padding
-// (stage A writes no cache row; stage B reading from the cache leaves that token's K and V rows
-// untouched); a slot >= num_slots is treated as padding too (nothing read or written).
+// (stage A writes no cache row; stage B reading from the cache reads nothing for that token and
+// writes its K and V rows as zeros, since a GEMM writes every row it is given); a slot >= num_slots
+// is treated as padding too (never read or written).
 #pragma once
 
 #include <cstdint>

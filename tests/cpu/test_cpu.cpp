@@ -16,7 +16,6 @@ namespace latentkv::testing {
 namespace {
 
 constexpr uint64_t kSeed = 20261129;
-constexpr int kRandomShapes = 60;
 constexpr int64_t kPad = 3;  // odd, so padded rows are not 16-byte aligned
 constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
 
@@ -68,9 +67,15 @@ class CpuShapes : public ::testing::TestWithParam<Problem> {};
 
 TEST_P(CpuShapes, MatchesFloat64) { expect_all_layouts_match(GetParam()); }
 
+// The shapes of the one case list (tests/common/cases.h) whose float64 reference is quick.
 INSTANTIATE_TEST_SUITE_P(Random, CpuShapes,
-                         ::testing::ValuesIn(random_shapes(kRandomShapes, kSeed)), shape_name);
-INSTANTIATE_TEST_SUITE_P(Edge, CpuShapes, ::testing::ValuesIn(edge_shapes()), shape_name);
+                         ::testing::ValuesIn(problems(random_cases(kRandomCount, kRandomSeed),
+                                                      kCpuCheap)),
+                         shape_name);
+INSTANTIATE_TEST_SUITE_P(Edge, CpuShapes, ::testing::ValuesIn(problems(edge_cases(), kCpuCheap)),
+                         shape_name);
+INSTANTIATE_TEST_SUITE_P(Decode, CpuShapes,
+                         ::testing::ValuesIn(problems(decode_cases(), kCpuCheap)), shape_name);
 
 // Every preset, packed, with the latent (deepseek-v3's float64 reference is ~1 s).
 TEST(CpuPresets, MatchFloat64) {

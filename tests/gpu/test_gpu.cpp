@@ -23,7 +23,6 @@ namespace latentkv::testing {
 namespace {
 
 constexpr uint64_t kSeed = 20261129;
-constexpr int kRandomShapes = 60;
 constexpr int64_t kOddPad = 3;  // odd strides: rows not 16-byte aligned
 constexpr unsigned char kNaNByte = 0xFF;
 
@@ -305,8 +304,10 @@ TEST_P(GpuShapes, MatchesFloat64) {
   expect_all_layouts_match(GetParam());
 }
 
+// The shapes of the one case list (tests/common/cases.h).
 INSTANTIATE_TEST_SUITE_P(Random, GpuShapes,
-                         ::testing::ValuesIn(random_shapes(kRandomShapes, kSeed)), shape_name);
+                         ::testing::ValuesIn(random_shapes(kRandomCount, kRandomSeed)),
+                         shape_name);
 INSTANTIATE_TEST_SUITE_P(Edge, GpuShapes, ::testing::ValuesIn(edge_shapes()), shape_name);
 
 class GpuPresets : public ::testing::TestWithParam<std::string> {};
@@ -319,8 +320,13 @@ TEST_P(GpuPresets, MatchFloat64) {
   expect_all_layouts_match(p);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, GpuPresets,
-                         ::testing::Values("seed", "seed-x16", "deepseek-v2-lite", "deepseek-v3"),
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const Case& c : preset_cases()) names.push_back(c.name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GpuPresets, ::testing::ValuesIn(preset_names()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
@@ -687,27 +693,6 @@ INSTANTIATE_TEST_SUITE_P(Strategies, GpuGraphs,
                            return name.substr(name.find('-') + 1);
                          });
 
-// Shapes of the decode strategy (T <= 16): token counts around the FFMA kernels' 4-token groups
-// and up to the MMA tile's 16; D around the 32-row slots and the 64-row chunk alignment, across
-// chunks; R around the 32/64-column tiles up to 512; N around the 32/16-column tiles (and enough
-// tiles for several per persistent block); DeepSeek decode. Every R and N is a multiple of 8, so
-// all three dtypes can take the 16-byte weight rows.
-std::vector<Problem> decode_shapes() {
-  std::vector<Problem> shapes;
-  const int64_t token_splits[][2] = {{1, 1}, {1, 2}, {3, 1}, {1, 4}, {1, 5}, {2, 3},
-                                     {7, 1}, {2, 4}, {3, 3}, {1, 13}, {4, 4}, {1, 16}};
-  for (const auto& bs : token_splits) shapes.push_back(shape(bs[0], bs[1], 300, 48, 4, 32));
-  for (int64_t d : {1, 31, 33, 100, 4128, 7168}) shapes.push_back(shape(1, 3, d, 64, 2, 64));
-  for (int64_t r : {8, 56, 64, 72, 504, 512}) shapes.push_back(shape(1, 5, 96, r, 2, 16));
-  const int64_t heads_dims[][2] = {{1, 8}, {3, 8}, {5, 8}, {3, 88}, {16, 128}, {128, 136}};
-  for (const auto& hd : heads_dims) shapes.push_back(shape(2, 1, 64, 24, hd[0], hd[1]));
-  shapes.push_back(shape(1, 1, 2048, 512, 16, 128));  // DeepSeek-V2-Lite decode
-  shapes.push_back(shape(4, 4, 2048, 512, 16, 128));
-  shapes.push_back(shape(1, 1, 7168, 512, 128, 128));  // DeepSeek-V3 decode
-  shapes.push_back(shape(2, 8, 7168, 512, 128, 128));
-  return shapes;
-}
-
 // Odd strides everywhere the decode kernels read or write element by element (hidden, out with
 // unpacked heads, latent), and weight rows padded by 8 elements so they stay 16-byte vectors.
 Args decode_padded_args(const Problem& p) {
@@ -724,7 +709,7 @@ class GpuDecode : public ::testing::TestWithParam<DType> {};
 // each strategy; cuda-decode itself must have run on each of them.
 TEST_P(GpuDecode, MatchesFloat64) {
   SKIP_WITHOUT_CUDA();
-  for (Problem p : decode_shapes()) {
+  for (Problem p : problems(decode_cases())) {  // cases.h: around the decode kernels' tiles
     p.dtype = GetParam();
     const Expected e = expected_for(p);
     for (const Args& strides : {padded_args(p, 0), decode_padded_args(p)}) {
@@ -779,12 +764,9 @@ class GpuLowPrecision : public ::testing::TestWithParam<DType> {};
 // strategy that takes them; skipped with the library's message when none does.
 TEST_P(GpuLowPrecision, WithinTwiceTheUnfusedError) {
   SKIP_WITHOUT_CUDA();
-  std::vector<Problem> shapes;
-  for (const char* name : {"seed", "deepseek-v2-lite", "deepseek-v3"}) {
-    Problem p;
-    ASSERT_TRUE(find_preset(name, &p)) << name;
-    shapes.push_back(p);
-  }
+  // The presets meant for this dtype (seed, deepseek-v2-lite, deepseek-v3), then every edge shape.
+  std::vector<Problem> shapes =
+      problems(preset_cases(), GetParam() == DType::kBFloat16 ? kBf16 : kFp16);
   for (const Problem& p : edge_shapes()) shapes.push_back(p);
   int runs = 0;
   std::string why;

@@ -1,6 +1,7 @@
 // Command-line parsing for latentkv-bench. Shapes start from a preset (the founding case by
 // default), explicit dimensions override it, --tokens turns it into a sweep over T = seq with
-// batch 1, and --sweep replaces all of that with the standard list below.
+// batch 1, and --sweep / --sweep-mla replace all of that with the lists of tests/common/cases.h
+// (the one case list the tests draw from too).
 #include "options.h"
 
 #include <cerrno>
@@ -14,10 +15,6 @@
 
 namespace latentkv::bench {
 namespace {
-
-// The token counts of the standard sweep: one token, a tile tail, one tile-ish, an odd mid size
-// and the founding case x16, all with the founding case's D, R, H, Dh.
-constexpr int64_t kSweepTokens[] = {1, 7, 64, 733, 6144};
 
 void print_usage(FILE* to) {
   std::fprintf(to,
@@ -135,46 +132,11 @@ Backend backend_of(Strategy strategy) {
   return Backend::kAuto;
 }
 
-// The real-model table (issue 5): DeepSeek-V2-Lite and V3 from decode to prefill, bfloat16 unless
-// --dtype says otherwise.
-std::vector<BenchCase> mla_sweep_cases() {
-  const struct {
-    const char* preset;
-    int64_t tokens[4];
-  } rows[] = {{"deepseek-v2-lite", {1, 64, 1024, 8192}}, {"deepseek-v3", {1, 128, 4096, 0}}};
-  std::vector<BenchCase> cases;
-  for (const auto& row : rows) {
-    Problem base;
-    if (!testing::find_preset(row.preset, &base)) continue;
-    for (int64_t t : row.tokens) {
-      if (t == 0) continue;
-      Problem p = base;
-      p.batch = 1;
-      p.seq = t;
-      p.dtype = DType::kBFloat16;
-      cases.push_back({std::string(row.preset) + " T=" + std::to_string(t), p});
-    }
-  }
-  return cases;
-}
-
-std::vector<BenchCase> sweep_cases() {
-  std::vector<BenchCase> cases;
-  Problem seed;
-  testing::find_preset("seed", &seed);
-  cases.push_back({"seed", seed});
-  Problem x16;
-  if (testing::find_preset("seed-x16", &x16)) cases.push_back({"seed-x16", x16});
-  for (int64_t t : kSweepTokens) {
-    Problem p = seed;
-    p.batch = 1;
-    p.seq = t;
-    cases.push_back({"T=" + std::to_string(t), p});
-  }
-  for (const auto& c : testing::preset_cases()) {
-    if (c.name != "seed" && c.name != "seed-x16") cases.push_back({c.name, c.problem});
-  }
-  return cases;
+// The cases of one list of cases.h, as the bench runs them.
+std::vector<BenchCase> bench_cases(const std::vector<testing::Case>& cases) {
+  std::vector<BenchCase> out;
+  for (const testing::Case& c : cases) out.push_back({c.name, c.problem});
+  return out;
 }
 
 }  // namespace
@@ -304,7 +266,8 @@ int parse_options(int argc, char** argv, BenchOptions* options) {
       return bad_option("--sweep runs its own list of cases; drop --preset, --tokens and the "
                         "dimension options");
     }
-    options->cases = mla_sweep ? mla_sweep_cases() : sweep_cases();
+    options->cases =
+        bench_cases(mla_sweep ? testing::mla_sweep_cases() : testing::sweep_cases());
   } else {
     if (!tokens.empty() && (dims[0] > 0 || dims[1] > 0)) {
       return bad_option("--tokens sets batch=1 and seq=T itself; drop --batch and --seq");

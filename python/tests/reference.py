@@ -1,9 +1,12 @@
 """Shared by the Python tests and python/bench: the float64 numpy reference, the error metric, the
-random inputs and the named cases. No torch here, so the numpy tests run where torch is absent."""
+random inputs and the named cases python/bench runs. No torch here, so the numpy tests run where
+torch is absent. The tests' shapes come from the one case list (cases.py)."""
 
 import numpy as np
 
-# (B, S, D, R, H, Dh): the founding case of the project and the latentkv-bench presets.
+# (B, S, D, R, H, Dh): the founding case of the project ("seed") and the latentkv-bench presets,
+# for python/bench, which runs without a build of the C++ tests; test_cases.py checks them against
+# the one case list.
 CASES = {
     "founding": (4, 96, 256, 48, 4, 32),
     "deepseek-v2-lite": (1, 64, 2048, 512, 16, 128),
@@ -50,32 +53,3 @@ def random_inputs(rng, b, s, d, r, h, dh, dtype=np.float32):
         uniform((r, n), 1.0 / max(r, 1) ** 0.5),
     )
 
-
-def edge_shapes():
-    """(B, S, D, R, H, Dh) around the CPU and CUDA tile sizes (16-token tiles, 64/256-wide latent
-    and output passes, 256-row D blocks): one token, a tile minus/plus one, odd D/R/Dh, R = 1,
-    H = 1, a second R block."""
-    return [
-        (1, 1, 1, 1, 1, 1),
-        (1, 1, 8, 4, 1, 4),
-        (1, 15, 33, 7, 3, 5),
-        (1, 16, 64, 16, 2, 8),
-        (1, 17, 65, 17, 1, 9),
-        (2, 8, 255, 63, 5, 7),
-        (3, 11, 257, 65, 2, 129),
-        (1, 33, 256, 1, 4, 32),
-        (1, 5, 130, 257, 3, 17),
-        (2, 31, 17, 300, 1, 257),
-        (4, 96, 256, 48, 4, 32),
-    ]
-
-
-def random_shapes(count, seed):
-    rng = np.random.default_rng(seed)
-    shapes = []
-    for _ in range(count):
-        shapes.append((
-            int(rng.integers(1, 4)), int(rng.integers(1, 40)), int(rng.integers(1, 300)),
-            int(rng.integers(1, 130)), int(rng.integers(1, 9)), int(rng.integers(1, 70)),
-        ))
-    return shapes

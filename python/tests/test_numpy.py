@@ -9,17 +9,18 @@ import pytest
 
 import latentkv
 from latentkv import _C
-from reference import (FLOAT32_TOLERANCE, edge_shapes, random_inputs, random_shapes, reference,
-                       rel_error)
+import cases
+from reference import FLOAT32_TOLERANCE, random_inputs, reference, rel_error
 
-SHAPES = edge_shapes() + random_shapes(12, seed=4)
+# The cheap edge shapes and the first random shapes of the one case list (tests/common/cases.h).
+SHAPES = cases.params("edge", "cpu-cheap") + cases.params("random", count=12)
 
 
 def inputs(shape, seed=0, dtype=np.float32):
     return random_inputs(np.random.default_rng(seed), *shape, dtype=dtype)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", SHAPES)
 def test_matches_float64_reference(shape):
     b, s, d, r, h, dh = shape
     hidden, w_down, w_up_k, w_up_v = inputs(shape)
@@ -30,7 +31,7 @@ def test_matches_float64_reference(shape):
     assert rel_error(out, ref) <= FLOAT32_TOLERANCE
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 8, 4, 1, 4), (2, 17, 65, 17, 3, 9), (4, 96, 256, 48, 4, 32)])
+@pytest.mark.parametrize("shape", cases.params("edge", "cpu-cheap") + cases.params("preset", "cpu-cheap"))
 def test_poisoned_outputs_are_all_written(shape):
     b, s, d, r, h, dh = shape
     hidden, w_down, w_up_k, w_up_v = inputs(shape, seed=1)
@@ -155,9 +156,9 @@ SHAPE_ERRORS = [
     (((2, 3, 8), (8, 4), (4, 6), (4, 6), 0), r"num_heads = 0 must be positive"),
     (((2, 3, 8), (8, 4), (4, 6), (4, 6), -3), r"num_heads = -3 must be positive"),
     (((6, 8), (8, 4), (4, 6), (4, 6), 2), r"hidden must be 3-D \(B, S, D\), got shape \(6, 8\)"),
-    (((2, 3, 8), (8, 4, 1), (4, 6), (4, 6), 2), r"w_down must be 2-D, got 3-D"),
+    (((2, 3, 8), (8, 4, 1), (4, 6), (4, 6), 2), r"w_down must be 2-D \(D, R\), got shape \(8, 4, 1\)"),
     (((2, 3, 8), (8, 4), (4, 6, 1), (4, 6), 2), r"w_up_k must be 2-D \(R, H\*Dh\), got shape \(4, 6, 1\)"),
-    (((2, 3, 8), (8, 4), (4, 6), (24,), 2), r"w_up_v must be 2-D, got 1-D"),
+    (((2, 3, 8), (8, 4), (4, 6), (24,), 2), r"w_up_v must be 2-D \(R, H\*Dh\), got shape \(24,\)"),
 ]
 
 
@@ -178,7 +179,7 @@ def test_wrong_output_shapes_through_the_binding():
     with pytest.raises(ValueError, match=r"latent_out has shape \(2, 3, 5\), expected \(B, S, R\) = \(2, 3, 4\)"):
         _C.kv_proj(hidden, w_down, w_up_k, w_up_v, out, np.zeros((2, 3, 5), np.float32))
     assert (out == 7.0).all()
-    with pytest.raises(ValueError, match="out must be 5-D, got 4-D"):
+    with pytest.raises(ValueError, match=r"out must be 5-D \(2, B, S, H, Dh\), got shape \(2, 2, 3, 6\)"):
         _C.kv_proj(hidden, w_down, w_up_k, w_up_v, np.zeros((2, 2, 3, 6), np.float32))
 
 
@@ -267,9 +268,10 @@ def test_workspace_argument_is_checked():
     """A workspace (scratch for GPU strategies) is accepted and validated on any backend."""
     hidden, w_down, w_up_k, w_up_v = inputs((1, 3, 8, 4, 2, 2), seed=18)
     out = np.empty((2, 1, 3, 2, 2), np.float32)
+    assert _C.workspace_size(hidden, w_down, w_up_k, w_up_v, out) == 0  # the CPU backend needs none
     assert _C.kv_proj(hidden, w_down, w_up_k, w_up_v, out, None, None, np.empty(64, np.uint8)) == 1
     assert rel_error(out, reference(hidden, w_down, w_up_k, w_up_v, 2)[0]) <= FLOAT32_TOLERANCE
-    with pytest.raises(ValueError, match="workspace must be 1-D, got 2-D"):
+    with pytest.raises(ValueError, match=r"workspace must be 1-D \(bytes,\), got shape \(8, 8\)"):
         _C.kv_proj(hidden, w_down, w_up_k, w_up_v, out, None, None, np.empty((8, 8), np.uint8))
     with pytest.raises(ValueError, match="workspace must be contiguous"):
         _C.kv_proj(hidden, w_down, w_up_k, w_up_v, out, None, None, np.empty(64, np.uint8)[::2])

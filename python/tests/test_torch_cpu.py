@@ -1,16 +1,20 @@
 """The torch side on the CPU backend: latentkv.kv_proj on torch tensors, the registered ops
-(results, latent_out mutation, opcheck, torch.compile without graph breaks), and LatentKVProjection
-against the reference module (state_dict, seed, forward, training fallback, hooks, its __call__
-fast path under torch.compile, jit.trace and torch.fx). Skipped without torch."""
+(results, latent_out mutation, opcheck, torch.compile without graph breaks, inductor included), and
+LatentKVProjection against the reference module (state_dict, seed, forward through the op without
+autograd and the reference math with it, hooks, torch.compile, jit.trace and torch.fx). Skipped
+without torch."""
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
 import latentkv  # noqa: E402
 import latentkv.torch as lt  # noqa: E402
-from reference import CASES, FLOAT32_TOLERANCE, edge_shapes, random_inputs, reference, rel_error  # noqa: E402
+import cases  # noqa: E402
+from reference import FLOAT32_TOLERANCE, random_inputs, reference, rel_error  # noqa: E402
 from reference_torch import ReferenceKVProjection  # noqa: E402
 
 
@@ -23,7 +27,7 @@ def ref_of(tensors, heads):
     return reference(*(t.detach().numpy() for t in tensors), heads)
 
 
-@pytest.mark.parametrize("shape", edge_shapes(), ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", cases.params("edge", "cpu-cheap"))
 def test_kv_proj_on_torch_tensors(shape):
     b, s, d, r, h, dh = shape
     args = torch_inputs(shape, seed=1)
@@ -49,17 +53,6 @@ def test_tensors_requiring_grad_are_read_directly():
     args = torch_inputs((1, 5, 16, 8, 2, 4), seed=3, requires_grad=True)
     out = lt.kv_proj(*args, 2)
     assert rel_error(out.detach().numpy(), ref_of(args, 2)[0]) <= FLOAT32_TOLERANCE
-
-
-def test_dlpack_capsule_path_of_older_torch(monkeypatch):
-    """torch < 2.10 has no DLPack C exchange API; the op then passes capsules and the stream."""
-    monkeypatch.setattr(lt, "_run", lt._run_capsules)
-    args = torch_inputs((2, 6, 24, 10, 3, 4), seed=4, requires_grad=True)
-    latent = torch.full((2, 6, 10), float("nan"))
-    out = lt.kv_proj(*args, 3, latent_out=latent)
-    ref, ref_latent = ref_of(args, 3)
-    assert rel_error(out.detach().numpy(), ref) <= FLOAT32_TOLERANCE
-    assert rel_error(latent.numpy(), ref_latent) <= FLOAT32_TOLERANCE
 
 
 def test_padded_views_work():
@@ -155,8 +148,7 @@ class Wrapper(torch.nn.Module):
 
 
 def test_module_hooks_run():
-    """LatentKVProjection.__call__ skips nn.Module.__call__ only while there is nothing for it to
-    do; every kind of hook still runs, in eager mode and in a fullgraph compile."""
+    """Every kind of hook runs, in eager mode and in a fullgraph compile."""
     torch.manual_seed(10)
     model = Wrapper()
     x = torch.randn(2, 5, 32)
@@ -187,11 +179,8 @@ def test_module_hooks_run():
 
 
 def test_module_hook_registered_after_torch_compile_runs():
-    """As for nn.Module.__call__, dynamo runs LatentKVProjection.__call__ outside the graph when it
-    starts there, so a hook registered after compiling the module runs (and stops when removed)."""
-    if not hasattr(getattr(torch._C, "_dynamo", None), "eval_frame") or not hasattr(
-            torch._C._dynamo.eval_frame, "set_code_exec_strategy"):
-        pytest.skip("this torch has no dynamo frame-skip API")
+    """As for any nn.Module, a hook registered after compiling the module runs (and stops when
+    removed)."""
     torch._dynamo.reset()
     module = lt.LatentKVProjection(32, 8, 2, 4)
     compiled = torch.compile(module, backend="eager", fullgraph=True)
@@ -211,10 +200,9 @@ def test_module_call_respects_module_compile_jit_trace_and_fx():
     x = torch.randn(2, 5, 32)
     with torch.no_grad():
         want = model(x)
-        if lt.OPS_BACKEND == "c++":  # the Python registration's eager path is not an op to record
-            traced = torch.jit.trace(model.kv, x)
-            assert "latentkv::kv_proj" in str(traced.graph)
-            torch.testing.assert_close(traced(x) * 2, want)
+        traced = torch.jit.trace(model.kv, x)
+        assert "latentkv::kv_proj" in str(traced.graph)
+        torch.testing.assert_close(traced(x) * 2, want)
         # torch.fx patches nn.Module.__call__ to record leaf modules as call_module nodes.
         tracer = torch.fx.Tracer()
         tracer.is_leaf_module = lambda m, name: isinstance(m, lt.LatentKVProjection)
@@ -264,7 +252,7 @@ def test_same_seed_gives_the_same_weights():
 
 @pytest.mark.parametrize("case", ["founding", "small"])
 def test_module_forward_matches_the_reference_module(case):
-    b, s, d, r, h, dh = CASES["founding"] if case == "founding" else (2, 3, 20, 6, 2, 3)
+    b, s, d, r, h, dh = cases.preset("seed") if case == "founding" else (2, 3, 20, 6, 2, 3)
     torch.manual_seed(5)
     ref = ReferenceKVProjection(d, r, h, dh)
     torch.manual_seed(5)
@@ -309,61 +297,8 @@ def test_module_repr_and_validation():
         lt.LatentKVProjection(8, 0, 4, 2)
 
 
-@pytest.mark.skipif(lt._kv_proj_allocating is None, reason="torch < 2.10: no DLPack allocator")
-def test_allocating_binding_returns_torch_output_or_declines():
-    shape = (2, 5, 40, 16, 2, 8)
-    args = torch_inputs(shape, seed=9)
-    out = latentkv._C.kv_proj_allocating(*args, 2)
-    assert isinstance(out, torch.Tensor) and out.shape == (2, 2, 5, 2, 8)
-    assert out.dtype == torch.float32 and out.is_contiguous()
-    assert rel_error(out.numpy(), ref_of(args, 2)[0]) <= FLOAT32_TOLERANCE
-    # Declined (None, nothing run): num_heads not dividing H*Dh, a zero dimension.
-    assert latentkv._C.kv_proj_allocating(*args, 3) is None
-    empty = torch_inputs((0, 5, 40, 16, 2, 8), seed=9)
-    assert latentkv._C.kv_proj_allocating(*empty, 2) is None
-    with pytest.raises(TypeError, match="hidden has dtype float64"):
-        latentkv._C.kv_proj_allocating(args[0].double(), *args[1:], 2)
-
-
-EAGER_SKIP = pytest.mark.skipif(
-    lt._kv_proj_eager is None, reason="torch < 2.10 without latentkv/_torch_ops: no eager path"
-)
-
-
-@EAGER_SKIP
-def test_module_eager_call_takes_the_eager_path(monkeypatch):
-    """An eager call on plain tensors runs the op's kernel without the dispatcher: made in C where
-    the C++ registration is active (the class's tp_call), else by __call__'s Python fast path."""
-    module = lt.LatentKVProjection(24, 8, 2, 4).eval()
-    x = torch.randn(3, 2, 24)
-    expected = lt.reference_kv_proj(x, module.w_down, module.w_up_k, module.w_up_v, 2)
-
-    def dispatcher(*a):
-        raise AssertionError("the eager call went through the dispatcher")
-
-    with monkeypatch.context() as patched:
-        patched.setattr(lt, "_op_entry", dispatcher)
-        patched.setattr(lt, "_op", dispatcher)
-        with torch.no_grad():
-            assert torch.allclose(module(x), expected, rtol=1e-5, atol=1e-6)
-            assert torch.allclose(module.__call__(x), expected, rtol=1e-5, atol=1e-6)
-            # A refusal raises the op's error.
-            with pytest.raises(TypeError, match="hidden has dtype float64"):
-                module(x.double())
-    # latentkv.kv_proj takes the same path in eager mode when there is no latent_out.
-    calls = []
-    real = lt._kv_proj_eager
-    monkeypatch.setattr(lt, "_kv_proj_eager", lambda *a: calls.append(1) or real(*a))
-    weights = [p.detach() for p in (module.w_down, module.w_up_k, module.w_up_v)]
-    assert torch.allclose(latentkv.kv_proj(x, *weights, 2), expected, rtol=1e-5, atol=1e-6)
-    assert calls == [1]
-    latentkv.kv_proj(x, *weights, 2, latent_out=torch.empty(3, 2, 8))
-    assert calls == [1]
-
-
 def test_module_forward_overrides_are_called():
-    """A subclass's forward, or one set on the instance, is what a call runs (the eager path is
-    LatentKVProjection's own forward inlined, so it steps aside)."""
+    """A subclass's forward, or one set on the instance, is what a call runs."""
 
     class Doubled(lt.LatentKVProjection):
         def forward(self, x):
@@ -381,62 +316,6 @@ def test_module_forward_overrides_are_called():
         assert base(x).shape == (2, 3, 2, 2, 4)
 
 
-class _Subclass(torch.Tensor):
-    pass
-
-
-@EAGER_SKIP
-@pytest.mark.filterwarnings("ignore:`torch.jit.trace")
-def test_eager_path_runs_plain_calls_and_declines_the_rest():
-    """The eager path (the C++ kv_proj_eager, or the allocating binding behind Python checks where
-    the ops are registered from Python) returns the result for plain tensors with nothing for
-    autograd to record and None, having written nothing, wherever the dispatcher must take the
-    call."""
-    from torch.func import vmap
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    shape = (2, 5, 40, 16, 2, 8)
-    args = torch_inputs(shape, seed=9)
-    out = lt._kv_proj_eager(*args, 2)
-    assert isinstance(out, torch.Tensor) and type(out) is torch.Tensor
-    assert out.shape == (2, 2, 5, 2, 8) and out.dtype == torch.float32 and out.is_contiguous()
-    assert not out.requires_grad
-    assert rel_error(out.numpy(), ref_of(args, 2)[0]) <= FLOAT32_TOLERANCE
-    weights_as_parameters = [args[0]] + [torch.nn.Parameter(t, requires_grad=False) for t in args[1:]]
-    assert rel_error(lt._kv_proj_eager(*weights_as_parameters, 2).numpy(),
-                     ref_of(args, 2)[0]) <= FLOAT32_TOLERANCE
-    with torch.inference_mode():
-        assert lt._kv_proj_eager(*args, 2).is_inference()
-
-    # Declined: autograd would record it, a subclass, a dispatch mode, a functorch transform.
-    grad_args = torch_inputs(shape, seed=9, requires_grad=True)
-    assert lt._kv_proj_eager(*grad_args, 2) is None
-    with torch.no_grad():
-        assert lt._kv_proj_eager(*grad_args, 2) is not None
-    assert lt._kv_proj_eager(args[0].as_subclass(_Subclass), *args[1:], 2) is None
-    assert lt._kv_proj_eager(args[0].numpy(), *args[1:], 2) is None
-    assert lt._kv_proj_eager(*args, 2.0) is None
-
-    class Recording(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, a=(), kw=None):
-            return func(*a, **(kw or {}))
-
-    with Recording():
-        assert lt._kv_proj_eager(*args, 2) is None
-    seen = []
-    vmap(lambda t: seen.append(lt._kv_proj_eager(t, *args[1:], 2)) or t)(args[0][None])
-    assert seen == [None]
-    torch.jit.trace(lambda t: seen.append(lt._kv_proj_eager(t, *args[1:], 2)) or t * 2, args[0],
-                    check_trace=False)
-    assert seen == [None, None]
-
-    # Refused: the op's errors.
-    with pytest.raises(TypeError, match="hidden has dtype float64"):
-        lt._kv_proj_eager(args[0].double(), *args[1:], 2)
-    with pytest.raises(ValueError, match="w_down has shape"):
-        lt._kv_proj_eager(args[0], args[1][:-1], *args[2:], 2)
-
-
 def test_module_under_dispatch_modes_goes_through_the_op():
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -449,6 +328,63 @@ def test_module_under_dispatch_modes_goes_through_the_op():
     with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
         fake = module(mode.from_tensor(x))
     assert fake.shape == (2, 3, 2, 2, 4)
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records the ops that reach the dispatcher's Python mode (latentkv's op, matmuls, ...)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+def test_module_runs_the_op_without_autograd_and_the_reference_with_it():
+    module = lt.LatentKVProjection(24, 8, 2, 4)
+    x = torch.randn(3, 2, 24)
+    want = lt.reference_kv_proj(x, module.w_down, module.w_up_k, module.w_up_v, 2).detach()
+    for context in (torch.no_grad, torch.inference_mode):
+        with context(), OpRecorder() as seen:
+            got = module(x)
+        assert seen.ops == [torch.ops.latentkv.kv_proj.default]
+        assert not got.requires_grad and torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    frozen = lt.LatentKVProjection(24, 8, 2, 4).requires_grad_(False)
+    with OpRecorder() as seen:
+        frozen(x)
+    assert seen.ops == [torch.ops.latentkv.kv_proj.default]
+    with OpRecorder() as seen:
+        got = module(x)
+    assert torch.ops.latentkv.kv_proj.default not in seen.ops
+    assert torch.ops.aten.mm.default in seen.ops or torch.ops.aten.bmm.default in seen.ops
+    assert got.requires_grad and torch.allclose(got.detach(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_kv_proj_on_torch_tensors_runs_the_op():
+    hidden, w_down, w_up_k, w_up_v = torch_inputs((2, 3, 8, 4, 2, 2), seed=12)
+    latent = torch.empty(2, 3, 4)
+    with OpRecorder() as seen:
+        latentkv.kv_proj(hidden, w_down, w_up_k, w_up_v, 2)
+        latentkv.kv_proj(hidden, w_down, w_up_k, w_up_v, 2, latent_out=latent)
+        lt.kv_proj(hidden, w_down, w_up_k, w_up_v, 2)
+    assert seen.ops == [torch.ops.latentkv.kv_proj.default,
+                        torch.ops.latentkv.kv_proj_with_latent.default,
+                        torch.ops.latentkv.kv_proj.default]
+
+
+def test_module_compiles_fullgraph_with_inductor_on_cpu():
+    """The default backend: inductor calls the op's CPU kernel from its generated code."""
+    torch._dynamo.reset()
+    module = Wrapper()
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        want = module(x)
+        compiled = torch.compile(module, fullgraph=True)
+        torch.testing.assert_close(compiled(x), want)
+        x2 = torch.randn(2, 5, 32)
+        torch.testing.assert_close(compiled(x2), module(x2))
 
 
 def test_torch_kv_proj_names_the_argument_that_is_not_a_tensor():

@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 
 import latentkv  # noqa: E402
 import latentkv.torch as lt  # noqa: E402
-from reference import CASES, FLOAT32_TOLERANCE, edge_shapes, random_inputs, random_shapes, reference, rel_error  # noqa: E402
+import cases  # noqa: E402
+from reference import FLOAT32_TOLERANCE, random_inputs, reference, rel_error  # noqa: E402
 from reference_torch import ReferenceKVProjection  # noqa: E402
 
 pytestmark = [
@@ -44,10 +45,13 @@ def run_or_skip_unsupported(fn):
         raise
 
 
-CUDA_SHAPES = edge_shapes() + random_shapes(8, seed=11) + [CASES["deepseek-v2-lite"]]
+# From the one case list (tests/common/cases.h): every edge shape, the first random shapes, a preset.
+CASES = {"founding": cases.preset("seed"), **{n: cases.preset(n) for n in ("deepseek-v2-lite", "deepseek-v3")}}
+CUDA_SHAPES = (cases.params("edge") + cases.params("random", count=8)
+               + [pytest.param(CASES["deepseek-v2-lite"], id="deepseek-v2-lite")])
 
 
-@pytest.mark.parametrize("shape", CUDA_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", CUDA_SHAPES)
 def test_float32_matches_float64_reference(shape):
     b, s, d, r, h, dh = shape
     args = cuda_inputs(shape, seed=1)
@@ -71,16 +75,13 @@ def test_presets_float32(case):
 
 def test_gemm_sized_call_gets_a_workspace():
     """Prefill-sized fp32: kAuto prefers a strategy that needs scratch for the latent when it has
-    some; the binding asks for it (a negative return), the op allocates it through torch."""
+    some; the binding says how much (workspace_size), the op allocates it through torch."""
     b, s, d, r, h, dh = shape = (1, 4096, 2048, 512, 16, 128)
     args = cuda_inputs(shape, seed=12)
     out = torch.empty(2, b, s, h, dh, device="cuda")
-    status = latentkv._C.kv_proj(*args, out)
-    if status < 0:
-        workspace = torch.empty(-status, dtype=torch.uint8, device="cuda")
-        assert latentkv._C.kv_proj(*args, out, None, None, workspace) == 1
-    else:
-        assert status == 1
+    wanted = latentkv._C.workspace_size(*args, out)
+    workspace = torch.empty(wanted, dtype=torch.uint8, device="cuda") if wanted else None
+    assert latentkv._C.kv_proj(*args, out, None, None, workspace) == 1
     ref = ref_of(args, h)[0]
     assert rel_error(out.cpu().numpy(), ref) <= FLOAT32_TOLERANCE
     got = run_or_skip_unsupported(lambda: lt.kv_proj(*args, h))

@@ -54,6 +54,8 @@ timing
   --seed N               seed of the random inputs (default 1)
 output
   --json                 one JSON object per case on stdout; the human report goes to stderr
+  --quiet                no progress on stderr (by default a run of several cases prints a
+                         line per case as it finishes)
   --help                 this text
 
 Exit status: 0 all cases pass; 1 a result is outside tolerance or a CUDA call failed; 2 a bad
@@ -175,12 +177,14 @@ int parse_options(int argc, char** argv, BenchOptions* options) {
       print_usage(stdout);
       return 0;
     }
-    if (arg == "--json" || arg == "--sweep" || arg == "--sweep-mla" || arg == "--no-rotate") {
+    if (arg == "--json" || arg == "--sweep" || arg == "--sweep-mla" || arg == "--no-rotate" ||
+        arg == "--quiet") {
       if (has_value) return bad_option(arg + " takes no value");
       if (arg == "--json") options->json = true;
       if (arg == "--sweep") options->sweep = true;
       if (arg == "--sweep-mla") options->sweep = mla_sweep = true;
       if (arg == "--no-rotate") options->timing.rotate = false;
+      if (arg == "--quiet") options->quiet = true;
       continue;
     }
     bool known = false;

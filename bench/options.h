@@ -13,6 +13,7 @@ struct BenchOptions {
   Strategy strategy = Strategy::kAuto;  // forced strategy, or kAuto
   bool json = false;
   bool sweep = false;
+  bool quiet = false;  // no progress lines on stderr
   TimingConfig timing;
   std::vector<BenchCase> cases;
 };

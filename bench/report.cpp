@@ -210,6 +210,41 @@ void print_table(FILE* to, const std::vector<CaseResult>& results) {
                  timed ? fixed(r.tflop_per_s()).c_str() : "-",
                  timed ? num(r.pct_of_floor(), "%.0f%%").c_str() : "-", verdict(r).c_str());
   }
+  int count = 0;
+  const double graph = geomean_speedup(results, false, &count);
+  if (count < 2) return;
+  std::string line = "geometric mean of the speedups over " + std::to_string(count) +
+                     " timed cases: " + fixed(graph) + "x";
+  if (!results.empty() && on_gpu(results.front())) {
+    int loops = 0;
+    const double launch = geomean_speedup(results, true, &loops);
+    line += " (graph), " + fixed(launch) + "x (back to back, " + std::to_string(loops) + " cases)";
+  }
+  std::fprintf(to, "%s\n", line.c_str());
+}
+
+double geomean_speedup(const std::vector<CaseResult>& results, bool back_to_back, int* count) {
+  double log_sum = 0;
+  *count = 0;
+  for (const CaseResult& r : results) {
+    if (!r.fused.time.valid()) continue;
+    const double s = back_to_back ? r.speedup_launch() : r.speedup();
+    if (!(s > 0) || !std::isfinite(s)) continue;  // a baseline that was not timed
+    log_sum += std::log(s);
+    ++*count;
+  }
+  return *count > 0 ? std::exp(log_sum / *count) : kNaN;
+}
+
+std::string case_summary(const CaseResult& r) {
+  std::string s = verdict(r);
+  if (r.fused.time.valid()) {
+    s += ", fused " + fixed(r.fused.time.median_us) + " us";
+    if (known(r.speedup())) s += ", speedup " + fixed(r.speedup()) + "x";
+  } else if (!r.message.empty()) {
+    s += ": " + r.message;
+  }
+  return s;
 }
 
 std::string case_json(const CaseResult& r) {

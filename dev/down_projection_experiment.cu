@@ -1,4 +1,4 @@
-// EXPERIMENT, not built or shipped (session 6 of 2026-11-29; numbers in docs/perf-notes.md,
+// EXPERIMENT, not built or shipped (numbers in docs/experiments.md,
 // "split-K down projection"): a cluster split-K kernel for cuda-gemm's down GEMM at T <= 32. It
 // was slower than cuBLAS at every DeepSeek size measured. Kept for the record; to try it again,
 // move it into src/cuda/ with the device helpers of decode_tensor_core.cu (copy16_async,
@@ -10,7 +10,7 @@
 // GEMM there: cuBLAS covers an M = 1..32, N = 512 GEMM with 8-32 CTAs (0.06-0.25 waves on an
 // H200), so at DeepSeek sizes the 2 MB (V2-Lite) or 7 MB (V3) of w_down stream through a few SMs
 // at 0.4-1 TB/s, 5.3-7 us per call whichever cuBLASLt algorithm runs (dev/cublaslt_probe.cu,
-// docs/perf-notes.md).
+// docs/experiments.md).
 //
 // Grid: (R / 32 column tiles) x (up to 8 splits of D), each cluster of CTAs one column tile over
 // all of D. A CTA requests all of its rows of w_down [rows, 32] and the matching columns of hidden

@@ -1,6 +1,6 @@
 // Probe (not shipped): can a cooperative launch carry thread-block clusters on this device and
 // driver, can it be captured in a CUDA graph, and what does one grid-wide barrier cost at one
-// block per SM? Answers decide the shape of the single-kernel decode (docs/perf-notes.md).
+// block per SM? Answers decide the shape of the single-kernel decode (docs/experiments.md).
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a dev/grid_sync_probe.cu -o probe
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>

@@ -1,8 +1,8 @@
-// EXPERIMENT (not shipped): the split-K decode strategy as it was tried on 2026-11-29 (commit
+// EXPERIMENT (not shipped): the split-K decode strategy as it was tried (commit
 // "cuda-splitk" in the history, wired as Strategy::kCudaSplitK). Correct on every GPU test
-// (errors 1.6e-3 vs cuBLAS's 2.3e-3 for bf16) but slower than cuda-gemm on one H200:
-// V2-Lite bf16 T=1 22.0 us vs 13.2 us, T=8 27.9 vs 13.2; V3 bf16 T=1 51.0 vs 20.9. See
-// docs/perf-notes.md for what to look at next. Kept to build on, not compiled.
+// (errors 1.6e-3 vs cuBLAS's 2.3e-3 for bf16) but slower than cuda-gemm on one H200 at every
+// DeepSeek decode size (numbers and what to look at next: docs/experiments.md). Kept to build
+// on, not compiled.
 //
 // The split-K decode strategy (Strategy::kCudaSplitK): for a few tokens (T <= 8) and large weights
 // (DeepSeek decode), the cost is streaming the weights once, so the work is cut into pieces that

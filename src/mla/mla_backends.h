@@ -4,8 +4,12 @@
 #pragma once
 
 #include "latentkv/latentkv.h"
+#include "strategy_table.h"
 
 namespace latentkv::detail {
+
+// The MLA strategy table (mla/strategies.cpp), in fallback order: cpu-mla, cuda-mla-gemm.
+const StrategyTable<MlaProblem, MlaArgs>& mla_strategy_table();
 
 // CPU (src/mla/cpu_mla.cpp): float32, the reference path of every stage.
 Status mla_cpu_takes(const MlaProblem& problem, const MlaArgs& args);

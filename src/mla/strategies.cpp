@@ -1,0 +1,28 @@
+// The MLA path's strategy table: one row per strategy, in fallback order (strategy_table.h says
+// how select_row reads it). One row per backend today, so each is the preferred one on its
+// backend; a second CUDA row (issue 16's fused decode) would add its heuristic in heuristics.h.
+#include "mla/mla_backends.h"
+
+namespace latentkv::detail {
+namespace {
+
+bool always(const MlaProblem&) { return true; }
+int64_t no_workspace(const MlaProblem&, bool) { return 0; }
+Status launch_cpu(const MlaProblem& p, const MlaArgs& a, Stream) { return run_mla_cpu(p, a); }
+int64_t cuda_gemm_workspace(const MlaProblem& p, bool) { return mla_cuda_gemm_workspace_size(p); }
+
+const StrategyRow<MlaProblem, MlaArgs> kRows[] = {
+    {Strategy::kCpuMla, Backend::kCpu, kFloat32Only, mla_cpu_takes, always, no_workspace,
+     launch_cpu},
+    {Strategy::kCudaMlaGemm, Backend::kCuda, kAllTypes, mla_cuda_gemm_takes, always,
+     cuda_gemm_workspace, run_mla_cuda_gemm},
+};
+
+}  // namespace
+
+const StrategyTable<MlaProblem, MlaArgs>& mla_strategy_table() {
+  static const StrategyTable<MlaProblem, MlaArgs> table{kRows, sizeof kRows / sizeof kRows[0]};
+  return table;
+}
+
+}  // namespace latentkv::detail

@@ -1,0 +1,741 @@
+// cuda-mla-gemm (the MLA path's CUDA backend) through the public API, against the float64
+// reference of tests/common/mla_reference.h: float32 within kMlaFloat32Tolerance, bf16/fp16 within
+// 2x the error of transformers' unfused computation in the same dtype (emulate_unfused_mla) on the
+// same inputs. Every stage, the three RoPE styles and both forms, dense and paged caches with
+// padding and past-the-end slots, positions past the cos/sin table, padded strides (folding and
+// not), edge shapes, the presets, a user stream and CUDA-graph capture. Every device buffer has
+// exactly the tensor's span (compute-sanitizer memcheck sees any access past it) and outputs start
+// as NaN bytes, so an element never written, or written where it must not be, shows. Select with
+// --gtest_filter='*Mla*'; every test skips on a machine with no GPU.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mla_reference.h"
+#include "testing.h"
+
+namespace latentkv::testing {
+namespace {
+
+constexpr uint64_t kSeed = 20261201;
+
+#define SKIP_WITHOUT_CUDA_MLA()                                               \
+  do {                                                                        \
+    if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+// Where stage A writes its cache row, or (kSecond) where stage B reads c and k_pe from.
+enum class CacheMode {
+  kNone,   // kBoth/kFirst: no cache; kSecond: args.latent and args.k_pe
+  kDense,  // row t of [num_slots >= T, R + dr]
+  kPaged,  // slot_mapping: a shuffled slot per token, one padding (-1) and one past the end
+};
+
+const char* to_string(CacheMode mode) {
+  switch (mode) {
+    case CacheMode::kNone: return "nocache";
+    case CacheMode::kDense: return "dense";
+    case CacheMode::kPaged: return "paged";
+  }
+  return "?";
+}
+
+struct MlaCase {
+  std::string name;
+  MlaProblem problem;
+  RopeForm form = RopeForm::kPositions;
+  CacheMode cache = CacheMode::kPaged;
+  int64_t pad_seq = 0;     // extra elements in every row stride (heads, tokens, weight rows)
+  int64_t pad_batch = 0;   // extra elements in every batch stride: rows stop folding when B > 1
+  bool q_a = true;         // ask for q_a (Rq > 0 only)
+  bool bad_positions = false;    // a position < 0 and one == max_position
+  bool fused_q_weights = false;  // q_a_weight's rows run straight into kv_a_weight's
+};
+
+std::string case_name(const MlaCase& c) {
+  std::string n = c.name + "_" + mla_problem_id(c.problem) + "_" + to_string(c.problem.dtype) +
+                  "_" + to_string(c.problem.stage) + "_" + to_string(c.problem.rope_style) + "_" +
+                  to_string(c.form) + "_" + to_string(c.cache);
+  if (c.pad_seq || c.pad_batch) {
+    n += "_pad" + std::to_string(c.pad_seq) + "x" + std::to_string(c.pad_batch);
+  }
+  if (c.problem.q_rank > 0 && !c.q_a) n += "_noqa";
+  if (c.bad_positions) n += "_badpos";
+  if (c.fused_q_weights) n += "_fusedq";
+  if (c.problem.rope_dtype != DType::kFloat32) n += "_ropedtype";
+  for (char& ch : n) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return n;
+}
+
+void PrintTo(const MlaCase& c, std::ostream* os) { *os << case_name(c); }
+
+// float values (already rounded to dtype) as the dtype's bytes, and back.
+std::vector<unsigned char> to_bytes(const std::vector<float>& values, DType dtype) {
+  const size_t eb = static_cast<size_t>(element_size(dtype));
+  std::vector<unsigned char> out(values.size() * eb);
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kFloat32) {
+      std::memcpy(&out[i * eb], &values[i], eb);
+    } else if (dtype == DType::kBFloat16) {
+      const __nv_bfloat16 x = __float2bfloat16_rn(values[i]);
+      std::memcpy(&out[i * eb], &x, eb);
+    } else {
+      const __half x = __float2half_rn(values[i]);
+      std::memcpy(&out[i * eb], &x, eb);
+    }
+  }
+  return out;
+}
+
+std::vector<float> from_bytes(const std::vector<unsigned char>& bytes, DType dtype) {
+  const size_t eb = static_cast<size_t>(element_size(dtype));
+  std::vector<float> out(bytes.size() / eb);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (dtype == DType::kFloat32) {
+      std::memcpy(&out[i], &bytes[i * eb], eb);
+    } else if (dtype == DType::kBFloat16) {
+      __nv_bfloat16 x;
+      std::memcpy(&x, &bytes[i * eb], eb);
+      out[i] = __bfloat162float(x);
+    } else {
+      __half x;
+      std::memcpy(&x, &bytes[i * eb], eb);
+      out[i] = __half2float(x);
+    }
+  }
+  return out;
+}
+
+// Owns the call's device buffers, each exactly its tensor's bytes.
+class DeviceArena {
+ public:
+  DeviceArena() = default;
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+  ~DeviceArena() {
+    for (void* p : buffers_) cudaFree(p);
+  }
+  // A device copy of bytes (null for none); ADD_FAILURE on a CUDA error.
+  void* upload(const void* bytes, size_t size) {
+    if (size == 0) return nullptr;
+    void* p = nullptr;
+    if (cudaMalloc(&p, size) != cudaSuccess) {
+      ADD_FAILURE() << "cudaMalloc(" << size << ")";
+      return nullptr;
+    }
+    buffers_.push_back(p);
+    if (cudaMemcpy(p, bytes, size, cudaMemcpyHostToDevice) != cudaSuccess) {
+      ADD_FAILURE() << "cudaMemcpy to the device";
+    }
+    return p;
+  }
+
+ private:
+  std::vector<void*> buffers_;
+};
+
+// The element offsets, in packed order, of a [T, width] tensor with strides (batch, seq), and of
+// a [T, H, width] one with strides (batch, seq, head).
+std::vector<int64_t> token_offsets(const MlaProblem& p, int64_t width, int64_t stride_batch,
+                                   int64_t stride_seq, int64_t heads = 1,
+                                   int64_t stride_head = 0) {
+  std::vector<int64_t> offsets;
+  offsets.reserve(static_cast<size_t>(p.tokens() * heads * width));
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t s = 0; s < p.seq; ++s) {
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t j = 0; j < width; ++j) {
+          offsets.push_back(b * stride_batch + s * stride_seq + h * stride_head + j);
+        }
+      }
+    }
+  }
+  return offsets;
+}
+
+int64_t span_of(const std::vector<int64_t>& offsets) {
+  return offsets.empty() ? 0 : *std::max_element(offsets.begin(), offsets.end()) + 1;
+}
+
+// A strided tensor: host values (NaN where nothing lives) and its packed-order offsets.
+struct Strided {
+  std::vector<float> values;
+  std::vector<int64_t> offsets;
+};
+
+Strided strided(const std::vector<float>& packed, std::vector<int64_t> offsets, float fill) {
+  Strided s;
+  s.values = scatter(packed, offsets, span_of(offsets), fill);
+  s.offsets = std::move(offsets);
+  return s;
+}
+
+std::vector<int64_t> int_strided(const std::vector<int64_t>& packed,
+                                 const std::vector<int64_t>& offsets) {
+  std::vector<int64_t> out(static_cast<size_t>(span_of(offsets)), -7);
+  for (size_t i = 0; i < offsets.size(); ++i) out[static_cast<size_t>(offsets[i])] = packed[i];
+  return out;
+}
+
+// What one call produced (decoded to float) and what it was given.
+struct MlaRun {
+  Status status;
+  std::vector<float> q_a, k, v, cache;  // whole buffers, strided
+  Strided q_a_layout, k_layout, v_layout;
+  std::vector<int64_t> slots;  // [T] packed: each token's cache row, -1 where skipped
+  int64_t num_slots = 0, cache_stride = 0;
+};
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Builds the call of case c on inputs `in` (strided, poisoned, exact-size device buffers), runs it
+// on `stream` (captured into a CUDA graph and replayed when `graph`) and reads everything back.
+// ASSERTs inside: the caller checks HasFatalFailure().
+void run_case(const MlaCase& c, const MlaInputs& in, Stream stream, bool graph, MlaRun* out) {
+  const MlaProblem& p = c.problem;
+  const DType dt = p.dtype, rdt = p.rope_dtype;
+  const int64_t ps = c.pad_seq, pb = c.pad_batch, T = p.tokens();
+  const bool stage_a = p.stage != MlaStage::kSecond, stage_b = p.stage != MlaStage::kFirst;
+  DeviceArena arena;
+  MlaArgs a;
+  auto tensor = [&](const std::vector<float>& packed, int64_t width, int64_t* sb, int64_t* ss,
+                    DType type) {
+    *ss = width + ps;
+    *sb = p.seq * *ss + pb;
+    const Strided s = strided(packed, token_offsets(p, width, *sb, *ss), kNaN);
+    const std::vector<unsigned char> bytes = to_bytes(s.values, type);
+    return arena.upload(bytes.data(), bytes.size());
+  };
+  auto matrix = [&](const std::vector<float>& packed, int64_t rows, int64_t cols, int64_t* ld,
+                    DType type) {
+    *ld = cols + ps;
+    MlaProblem rows_only = p;
+    rows_only.batch = 1;
+    rows_only.seq = rows;
+    const Strided s = strided(packed, token_offsets(rows_only, cols, 0, *ld), kNaN);
+    const std::vector<unsigned char> bytes = to_bytes(s.values, type);
+    return arena.upload(bytes.data(), bytes.size());
+  };
+  auto vector = [&](const std::vector<float>& v, DType type) {
+    const std::vector<unsigned char> bytes = to_bytes(v, type);
+    return arena.upload(bytes.data(), bytes.size());
+  };
+  auto ints = [&](const std::vector<int64_t>& packed, int64_t* sb, int64_t* ss) {
+    *ss = 1 + ps;
+    *sb = p.seq * *ss + pb;
+    const std::vector<int64_t> v = int_strided(packed, token_offsets(p, 1, *sb, *ss));
+    return static_cast<const int64_t*>(arena.upload(v.data(), v.size() * sizeof(int64_t)));
+  };
+
+  // Slots and positions.
+  out->num_slots = c.cache == CacheMode::kPaged ? T + 3 : T + 1;
+  std::vector<int64_t> slot_mapping(static_cast<size_t>(T));
+  std::iota(slot_mapping.begin(), slot_mapping.end(), 0);
+  if (c.cache == CacheMode::kPaged) {
+    std::vector<int64_t> all(static_cast<size_t>(out->num_slots));
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), std::mt19937_64(kSeed + static_cast<uint64_t>(T)));
+    std::copy(all.begin(), all.begin() + T, slot_mapping.begin());
+    if (T >= 2) slot_mapping[1] = -1;
+    if (T >= 3) slot_mapping[static_cast<size_t>(T - 1)] = out->num_slots + 5;
+  }
+  out->slots = slot_mapping;
+  for (int64_t& s : out->slots) {
+    if (s >= out->num_slots) s = -1;
+  }
+  if (c.cache == CacheMode::kNone) out->slots.assign(static_cast<size_t>(T), -1);
+  std::vector<int64_t> positions = in.positions;
+  if (c.bad_positions) {
+    positions[0] = -1;
+    if (T >= 2) positions[static_cast<size_t>(T - 1)] = in.max_position;
+  }
+
+  if (stage_a) {
+    a.hidden = tensor(in.hidden, p.model_dim, &a.hidden_stride_batch, &a.hidden_stride_seq, dt);
+    if (c.fused_q_weights && p.q_rank > 0) {
+      std::vector<float> both = in.q_a_weight;
+      both.insert(both.end(), in.kv_a_weight.begin(), in.kv_a_weight.end());
+      int64_t ld = 0;
+      const char* base = static_cast<const char*>(
+          matrix(both, p.q_rank + p.cache_width(), p.model_dim, &ld, dt));
+      a.q_a_weight = base;
+      a.kv_a_weight = base + p.q_rank * ld * element_size(dt);
+      a.q_a_weight_stride_row = a.kv_a_weight_stride_row = ld;
+    } else {
+      a.kv_a_weight = matrix(in.kv_a_weight, p.cache_width(), p.model_dim,
+                             &a.kv_a_weight_stride_row, dt);
+      if (p.q_rank > 0) {
+        a.q_a_weight =
+            matrix(in.q_a_weight, p.q_rank, p.model_dim, &a.q_a_weight_stride_row, dt);
+      }
+    }
+    a.kv_a_norm_weight = vector(in.kv_a_norm_weight, dt);
+    if (p.q_rank > 0) a.q_a_norm_weight = vector(in.q_a_norm_weight, dt);
+    if (c.form == RopeForm::kPositions) {
+      a.positions = ints(positions, &a.positions_stride_batch, &a.positions_stride_seq);
+      a.max_position = in.max_position;
+      a.cos_sin_cache = matrix(in.cos_sin_cache, in.max_position, p.rope_dim,
+                               &a.cos_sin_cache_stride_row, rdt);
+    } else {
+      a.cos = tensor(in.cos, p.rope_dim, &a.cos_stride_batch, &a.cos_stride_seq, rdt);
+      a.sin = tensor(in.sin, p.rope_dim, &a.cos_stride_batch, &a.cos_stride_seq, rdt);
+    }
+  }
+
+  // Outputs, NaN-poisoned.
+  void* q_a_dev = nullptr;
+  if (stage_a && p.q_rank > 0 && c.q_a) {
+    a.q_a_stride_seq = p.q_rank + ps;
+    a.q_a_stride_batch = p.seq * a.q_a_stride_seq + pb;
+    out->q_a_layout.offsets = token_offsets(p, p.q_rank, a.q_a_stride_batch, a.q_a_stride_seq);
+    out->q_a_layout.values.assign(static_cast<size_t>(span_of(out->q_a_layout.offsets)), kNaN);
+    q_a_dev = vector(out->q_a_layout.values, dt);
+    a.q_a = q_a_dev;
+  }
+  void* cache_dev = nullptr;
+  const bool cache_used = c.cache != CacheMode::kNone;
+  if (cache_used) {
+    a.kv_cache_stride_slot = p.cache_width() + ps;
+    a.num_slots = out->num_slots;
+    out->cache_stride = a.kv_cache_stride_slot;
+    std::vector<float> cache(static_cast<size_t>((out->num_slots - 1) * a.kv_cache_stride_slot +
+                                                 p.cache_width()),
+                             kNaN);
+    if (p.stage == MlaStage::kSecond) {  // the rows stage B gathers: token t's [c | k_pe]
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t slot = out->slots[static_cast<size_t>(t)];
+        if (slot < 0) continue;
+        float* row = cache.data() + slot * a.kv_cache_stride_slot;
+        std::copy_n(in.latent.begin() + t * p.kv_rank, p.kv_rank, row);
+        std::copy_n(in.k_pe.begin() + t * p.rope_dim, p.rope_dim, row + p.kv_rank);
+      }
+    }
+    cache_dev = vector(cache, dt);
+    a.kv_cache = cache_dev;
+    if (c.cache == CacheMode::kPaged) {
+      a.slot_mapping =
+          ints(slot_mapping, &a.slot_mapping_stride_batch, &a.slot_mapping_stride_seq);
+    }
+  }
+  if (p.stage == MlaStage::kSecond && c.cache == CacheMode::kNone) {
+    a.latent = tensor(in.latent, p.kv_rank, &a.latent_stride_batch, &a.latent_stride_seq, dt);
+    a.k_pe = tensor(in.k_pe, p.rope_dim, &a.k_pe_stride_batch, &a.k_pe_stride_seq, dt);
+  }
+  void* k_dev = nullptr;
+  void* v_dev = nullptr;
+  if (stage_b) {
+    a.kv_b_weight =
+        matrix(in.kv_b_weight, p.kv_b_rows(), p.kv_rank, &a.kv_b_weight_stride_row, dt);
+    a.k_stride_head = p.k_width() + ps;
+    a.k_stride_seq = p.heads * a.k_stride_head + ps;
+    a.k_stride_batch = p.seq * a.k_stride_seq + pb;
+    out->k_layout.offsets =
+        token_offsets(p, p.k_width(), a.k_stride_batch, a.k_stride_seq, p.heads, a.k_stride_head);
+    out->k_layout.values.assign(static_cast<size_t>(span_of(out->k_layout.offsets)), kNaN);
+    k_dev = vector(out->k_layout.values, dt);
+    a.k = k_dev;
+    a.v_stride_head = p.v_dim + ps;
+    a.v_stride_seq = p.heads * a.v_stride_head + ps;
+    a.v_stride_batch = p.seq * a.v_stride_seq + pb;
+    out->v_layout.offsets =
+        token_offsets(p, p.v_dim, a.v_stride_batch, a.v_stride_seq, p.heads, a.v_stride_head);
+    out->v_layout.values.assign(static_cast<size_t>(span_of(out->v_layout.offsets)), kNaN);
+    v_dev = vector(out->v_layout.values, dt);
+    a.v = v_dev;
+  }
+  ASSERT_FALSE(::testing::Test::HasFailure()) << "setting up " << case_name(c);
+
+  Options o;
+  o.backend = Backend::kCuda;
+  o.strategy = Strategy::kCudaMlaGemm;
+  o.stream = stream;
+  const int64_t ws = workspace_size(p, o);
+  ASSERT_GT(ws, 0);
+  std::vector<unsigned char> ws_poison(static_cast<size_t>(ws), 0xFF);
+  a.workspace = arena.upload(ws_poison.data(), ws_poison.size());
+  a.workspace_bytes = ws;
+  const Status checked = check(p, a, o);
+  ASSERT_TRUE(checked.ok()) << checked.message();
+
+  if (graph) {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    out->status = run(p, a, o);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &g), cudaSuccess);
+    ASSERT_TRUE(out->status.ok()) << out->status.message();
+    ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);  // replays write the same
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+  } else {
+    out->status = run(p, a, o);
+    ASSERT_TRUE(out->status.ok()) << out->status.message();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  }
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+
+  auto download = [&](void* dev, size_t count, std::vector<float>* host) {
+    std::vector<unsigned char> bytes(count * static_cast<size_t>(element_size(dt)));
+    ASSERT_EQ(cudaMemcpy(bytes.data(), dev, bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    *host = from_bytes(bytes, dt);
+  };
+  if (q_a_dev != nullptr) download(q_a_dev, out->q_a_layout.values.size(), &out->q_a);
+  if (cache_dev != nullptr) {
+    download(cache_dev,
+             static_cast<size_t>((out->num_slots - 1) * out->cache_stride + p.cache_width()),
+             &out->cache);
+  }
+  if (k_dev != nullptr) download(k_dev, out->k_layout.values.size(), &out->k);
+  if (v_dev != nullptr) download(v_dev, out->v_layout.values.size(), &out->v);
+}
+
+int64_t finite_count(const std::vector<double>& v) {
+  return std::count_if(v.begin(), v.end(), [](double x) { return !std::isnan(x); });
+}
+
+// got within the dtype's budget of ref: float32 within kMlaFloat32Tolerance, half types within 2x
+// the unfused emulation's error (emu) against the same reference.
+void expect_close(const char* what, const std::vector<float>& got, const std::vector<double>& ref,
+                  const std::vector<double>& emu, DType dtype) {
+  const double err = mla_relative_error(got, ref);
+  if (dtype == DType::kFloat32) {
+    EXPECT_LE(err, kMlaFloat32Tolerance) << what;
+    return;
+  }
+  const double budget = 2.0 * mla_relative_error(emu, ref);
+  EXPECT_LE(err, budget) << what << " (2x the unfused " << to_string(dtype) << " error)";
+}
+
+// Rows [t] of a [T, H, width] reference zeroed where the token's slot was skipped (stage B from a
+// paged cache writes those rows as zeros, mla.h).
+void zero_skipped(std::vector<double>* v, const std::vector<int64_t>& slots, int64_t row) {
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t] < 0) std::fill_n(v->begin() + static_cast<int64_t>(t) * row, row, 0.0);
+  }
+}
+
+// Runs case c and checks every output against the reference and the unfused emulation.
+void check_case(const MlaCase& c, Stream stream = nullptr, bool graph = false) {
+  const MlaProblem& p = c.problem;
+  MlaInputs in = random_mla_inputs(p, kSeed ^ std::hash<std::string>{}(case_name(c)));
+  MlaRun got;
+  run_case(c, in, stream, graph, &got);
+  if (::testing::Test::HasFatalFailure()) return;
+  if (c.bad_positions) {
+    in.positions[0] = -1;
+    if (p.tokens() >= 2) in.positions[static_cast<size_t>(p.tokens() - 1)] = in.max_position;
+  }
+  MlaOutputs ref = reference_mla(p, in, c.form);
+  MlaOutputs emu = emulate_unfused_mla(p, in, c.form);
+  const DType dt = p.dtype;
+
+  if (!got.q_a.empty()) {
+    expect_close("q_a", gather(got.q_a.data(), got.q_a_layout.offsets), ref.q_a, emu.q_a, dt);
+    EXPECT_EQ(count_not_nan(got.q_a), p.tokens() * p.q_rank) << "q_a's padding written";
+  }
+  if (!got.cache.empty() && p.stage != MlaStage::kSecond) {
+    // Rows of tokens with a slot, packed [T', R + dr]; every other element still NaN.
+    std::vector<float> rows;
+    std::vector<double> ref_rows, emu_rows;
+    for (int64_t t = 0; t < p.tokens(); ++t) {
+      const int64_t slot = got.slots[static_cast<size_t>(t)];
+      if (slot < 0) continue;
+      const float* row = got.cache.data() + slot * got.cache_stride;
+      rows.insert(rows.end(), row, row + p.cache_width());
+      for (const auto& [dst, src] : {std::pair{&ref_rows, &ref}, std::pair{&emu_rows, &emu}}) {
+        dst->insert(dst->end(), src->latent.begin() + t * p.kv_rank,
+                    src->latent.begin() + (t + 1) * p.kv_rank);
+        dst->insert(dst->end(), src->k_pe.begin() + t * p.rope_dim,
+                    src->k_pe.begin() + (t + 1) * p.rope_dim);
+      }
+    }
+    expect_close("cache rows", rows, ref_rows, emu_rows, dt);
+    EXPECT_EQ(count_not_nan(got.cache), finite_count(ref_rows))
+        << "cache elements written outside the tokens' rows (padding slots, skipped slots, "
+        << "row padding)";
+  }
+  if (p.stage != MlaStage::kFirst) {
+    if (p.stage == MlaStage::kSecond && c.cache == CacheMode::kPaged) {
+      zero_skipped(&ref.k, got.slots, p.heads * p.k_width());
+      zero_skipped(&emu.k, got.slots, p.heads * p.k_width());
+      zero_skipped(&ref.v, got.slots, p.heads * p.v_dim);
+      zero_skipped(&emu.v, got.slots, p.heads * p.v_dim);
+    }
+    expect_close("k", gather(got.k.data(), got.k_layout.offsets), ref.k, emu.k, dt);
+    expect_close("v", gather(got.v.data(), got.v_layout.offsets), ref.v, emu.v, dt);
+    EXPECT_EQ(count_not_nan(got.k), finite_count(ref.k)) << "K's padding written";
+    EXPECT_EQ(count_not_nan(got.v), finite_count(ref.v)) << "V's padding written";
+  }
+}
+
+MlaProblem with(MlaProblem p, DType dtype, MlaStage stage, RopeStyle style) {
+  p.dtype = dtype;
+  p.stage = stage;
+  p.rope_style = style;
+  return p;
+}
+
+constexpr DType kDTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+constexpr RopeStyle kStyles[] = {RopeStyle::kInterleave, RopeStyle::kGptJ, RopeStyle::kNeox};
+
+// Every stage, style and form, every cache mode, on a small shape with q_a, odd pads and B > 1.
+std::vector<MlaCase> stage_cases() {
+  MlaProblem base = mla_shape(72, 24, 40, 16, 3, 24, 16);
+  base.batch = 2;
+  base.seq = 5;
+  std::vector<MlaCase> cases;
+  for (DType dt : kDTypes) {
+    for (RopeStyle style : kStyles) {
+      for (RopeForm form : {RopeForm::kPositions, RopeForm::kCosSin}) {
+        for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst}) {
+          for (CacheMode cache : {CacheMode::kNone, CacheMode::kDense, CacheMode::kPaged}) {
+            if (stage == MlaStage::kFirst && cache == CacheMode::kNone && base.q_rank == 0) {
+              continue;
+            }
+            MlaCase c{"small", with(base, dt, stage, style), form, cache};
+            c.pad_seq = 3;
+            cases.push_back(c);
+          }
+        }
+      }
+    }
+    for (CacheMode cache : {CacheMode::kNone, CacheMode::kDense, CacheMode::kPaged}) {
+      MlaCase c{"small", with(base, dt, MlaStage::kSecond, RopeStyle::kInterleave),
+                RopeForm::kPositions, cache};
+      c.pad_seq = 3;
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+// The edge shapes of mla_reference.h in every dtype: kBoth on a paged cache with positions past
+// the table, and kSecond gathering from a paged cache.
+std::vector<MlaCase> edge_cases() {
+  std::vector<MlaCase> cases;
+  for (const MlaNamedCase& e : mla_edge_cases()) {
+    for (DType dt : kDTypes) {
+      MlaCase both{e.name, with(e.problem, dt, MlaStage::kBoth, RopeStyle::kInterleave),
+                   RopeForm::kPositions, CacheMode::kPaged};
+      both.bad_positions = true;
+      cases.push_back(both);
+      MlaCase second{e.name, with(e.problem, dt, MlaStage::kSecond, RopeStyle::kInterleave),
+                     RopeForm::kPositions, CacheMode::kPaged};
+      cases.push_back(second);
+    }
+  }
+  return cases;
+}
+
+// Layouts: batch strides that stop the rows folding (B > H loops over heads, H >= B over
+// batches), seq-only padding that keeps them folding, q_a's weight rows followed by kv_a's (one
+// GEMM), Rq > 0 without a q_a output, the rope dtype equal to a half dtype, S = 1 with B > 1.
+std::vector<MlaCase> layout_cases() {
+  std::vector<MlaCase> cases;
+  for (DType dt : kDTypes) {
+    MlaProblem many_batches = mla_shape(40, 16, 24, 8, 2, 8, 12);
+    many_batches.batch = 5;
+    many_batches.seq = 3;
+    MlaProblem many_heads = mla_shape(40, 0, 24, 8, 7, 8, 12);
+    many_heads.batch = 2;
+    many_heads.seq = 4;
+    for (const MlaProblem& shape : {many_batches, many_heads}) {
+      for (MlaStage stage : {MlaStage::kBoth, MlaStage::kSecond}) {
+        for (CacheMode cache : {CacheMode::kNone, CacheMode::kPaged}) {
+          MlaCase c{"unfolded", with(shape, dt, stage, RopeStyle::kNeox), RopeForm::kCosSin,
+                    cache};
+          c.pad_seq = 1;
+          c.pad_batch = 5;
+          cases.push_back(c);
+        }
+      }
+    }
+    MlaProblem decode = mla_shape(64, 32, 48, 16, 4, 16, 16);
+    decode.batch = 6;
+    decode.seq = 1;
+    MlaCase fused{"fusedq", with(decode, dt, MlaStage::kBoth, RopeStyle::kGptJ),
+                  RopeForm::kPositions, CacheMode::kPaged};
+    fused.fused_q_weights = true;
+    cases.push_back(fused);
+    MlaCase no_q_a{"noqa", with(decode, dt, MlaStage::kFirst, RopeStyle::kInterleave),
+                   RopeForm::kPositions, CacheMode::kDense};
+    no_q_a.q_a = false;
+    cases.push_back(no_q_a);
+    if (dt != DType::kFloat32) {
+      MlaCase rope_half{"ropehalf", with(decode, dt, MlaStage::kBoth, RopeStyle::kInterleave),
+                        RopeForm::kCosSin, CacheMode::kDense};
+      rope_half.problem.rope_dtype = dt;
+      cases.push_back(rope_half);
+      rope_half.form = RopeForm::kPositions;
+      cases.push_back(rope_half);
+    }
+  }
+  return cases;
+}
+
+// The presets at T = 1 (decode) and T = 64, bf16, as the models run them.
+std::vector<MlaCase> preset_cases_mla() {
+  std::vector<MlaCase> cases;
+  for (const MlaNamedCase& preset : mla_preset_cases()) {
+    for (int64_t tokens : {1, 64}) {
+      if (preset.name == "kimi-k2-mla" && tokens != 1) continue;
+      MlaProblem p = preset.problem;
+      p.seq = tokens;
+      MlaCase c{preset.name + "_T" + std::to_string(tokens),
+                with(p, DType::kBFloat16, MlaStage::kBoth, RopeStyle::kInterleave),
+                RopeForm::kPositions, CacheMode::kPaged};
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+// One test per case; the lists are instantiated apart (Stages/, Edges/, Layouts/, Presets/) so
+// a filter can pick a group.
+class MlaGpuCase : public ::testing::TestWithParam<MlaCase> {};
+TEST_P(MlaGpuCase, MatchesReference) {
+  SKIP_WITHOUT_CUDA_MLA();
+  check_case(GetParam());
+}
+std::string param_name(const ::testing::TestParamInfo<MlaCase>& info) {
+  return case_name(info.param);
+}
+INSTANTIATE_TEST_SUITE_P(Stages, MlaGpuCase, ::testing::ValuesIn(stage_cases()), param_name);
+INSTANTIATE_TEST_SUITE_P(Edges, MlaGpuCase, ::testing::ValuesIn(edge_cases()), param_name);
+INSTANTIATE_TEST_SUITE_P(Layouts, MlaGpuCase, ::testing::ValuesIn(layout_cases()), param_name);
+INSTANTIATE_TEST_SUITE_P(Presets, MlaGpuCase, ::testing::ValuesIn(preset_cases_mla()),
+                         param_name);
+
+MlaCase stream_case(DType dt) {
+  MlaProblem p = mla_shape(64, 16, 32, 16, 3, 16, 8);
+  p.batch = 2;
+  p.seq = 3;
+  return {"stream", with(p, dt, MlaStage::kBoth, RopeStyle::kInterleave), RopeForm::kPositions,
+          CacheMode::kPaged};
+}
+
+TEST(MlaGpu, RunsOnAUserStream) {
+  SKIP_WITHOUT_CUDA_MLA();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (DType dt : kDTypes) check_case(stream_case(dt), stream);
+  cudaStreamDestroy(stream);
+}
+
+// Captured into a CUDA graph (global capture mode: no allocation or synchronization inside run())
+// and replayed twice. The first call of a fresh plan shape happens inside the capture.
+TEST(MlaGpu, CapturesIntoACudaGraph) {
+  SKIP_WITHOUT_CUDA_MLA();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (DType dt : kDTypes) {
+    for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst, MlaStage::kSecond}) {
+      MlaCase c = stream_case(dt);
+      c.name = "graph";
+      c.problem.stage = stage;
+      c.problem.seq = 7;  // a shape no other test plans first
+      check_case(c, stream, /*graph=*/true);
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
+// Too small a workspace is refused naming args.workspace_bytes, and the refused call writes
+// nothing; the exact minimum (no room for cuBLAS's scratch) runs.
+TEST(MlaGpu, WorkspaceRefusalAndMinimum) {
+  SKIP_WITHOUT_CUDA_MLA();
+  MlaProblem p = with(mla_shape(32, 0, 16, 8, 2, 8, 8), DType::kBFloat16, MlaStage::kBoth,
+                      RopeStyle::kInterleave);
+  p.seq = 4;
+  const MlaInputs in = random_mla_inputs(p, kSeed);
+  DeviceArena arena;
+  MlaArgs a = contiguous_mla_args(p);
+  auto up = [&](const std::vector<float>& v, DType type) {
+    const std::vector<unsigned char> b = to_bytes(v, type);
+    return arena.upload(b.data(), b.size());
+  };
+  a.hidden = up(in.hidden, p.dtype);
+  a.kv_a_weight = up(in.kv_a_weight, p.dtype);
+  a.kv_a_norm_weight = up(in.kv_a_norm_weight, p.dtype);
+  a.cos = up(in.cos, p.rope_dtype);
+  a.sin = up(in.sin, p.rope_dtype);
+  a.kv_b_weight = up(in.kv_b_weight, p.dtype);
+  const std::vector<float> k_poison(static_cast<size_t>(p.tokens() * p.heads * p.k_width()), kNaN);
+  const std::vector<float> v_poison(static_cast<size_t>(p.tokens() * p.heads * p.v_dim), kNaN);
+  a.k = up(k_poison, p.dtype);
+  a.v = up(v_poison, p.dtype);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  // The regions before the scratch: ckv [T, R + dr padded to 4] float32 and c [T, R], each
+  // rounded up to 256 bytes, from a 256-byte aligned start (cudaMalloc's are).
+  const int64_t ckv = (p.tokens() * ((p.cache_width() + 3) / 4 * 4) * 4 + 255) / 256 * 256;
+  const int64_t c = (p.tokens() * p.kv_rank * 2 + 255) / 256 * 256;
+  a.workspace = up(std::vector<float>(static_cast<size_t>((ckv + c) / 4), 0.f), DType::kFloat32);
+  Options o;
+  o.backend = Backend::kCuda;
+  o.strategy = Strategy::kCudaMlaGemm;
+  a.workspace_bytes = ckv + c - 1;
+  const Status refused = run(p, a, o);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("args.workspace_bytes = " + std::to_string(ckv + c - 1)),
+            std::string::npos)
+      << refused.message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<unsigned char> k_bytes(k_poison.size() * 2);
+  ASSERT_EQ(cudaMemcpy(k_bytes.data(), a.k, k_bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(count_not_nan(from_bytes(k_bytes, p.dtype)), 0) << "a refused call wrote K";
+
+  a.workspace_bytes = ckv + c;
+  const Status ran = run(p, a, o);
+  ASSERT_TRUE(ran.ok()) << ran.message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(k_bytes.data(), a.k, k_bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  const MlaOutputs ref = reference_mla(p, in, RopeForm::kCosSin);
+  const MlaOutputs emu = emulate_unfused_mla(p, in, RopeForm::kCosSin);
+  expect_close("k", from_bytes(k_bytes, p.dtype), ref.k, emu.k, p.dtype);
+}
+
+// A pointer not aligned to its elements is refused, naming it.
+TEST(MlaGpu, RefusesAMisalignedPointer) {
+  SKIP_WITHOUT_CUDA_MLA();
+  MlaProblem p = with(mla_shape(32, 0, 16, 8, 2, 8, 8), DType::kBFloat16, MlaStage::kSecond,
+                      RopeStyle::kInterleave);
+  MlaArgs a = contiguous_mla_args(p);
+  DeviceArena arena;
+  std::vector<unsigned char> bytes(4096, 0);
+  char* base = static_cast<char*>(arena.upload(bytes.data(), bytes.size()));
+  ASSERT_NE(base, nullptr);
+  a.latent = base + 1;
+  a.k_pe = base + 512;
+  a.kv_b_weight = base + 1024;
+  a.k = base + 2048;
+  a.v = base + 3072;
+  Options o;
+  o.backend = Backend::kCuda;
+  o.strategy = Strategy::kCudaMlaGemm;
+  const Status s = check(p, a, o);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("args.latent"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace latentkv::testing

@@ -251,6 +251,8 @@ inline Status gemm(const Context& ctx, const Shape& g, Operand a, Operand b, voi
     }
     Plan fresh;
     fresh.key = key;
+    // Host work only, but it may be the first call of a shape inside the caller's graph capture.
+    const RelaxedCaptureScope relaxed;
     if (Status s = make_plan(h.lt, g, a, b, ldc, c_batch_stride, aligned, ctx.scratch_bytes,
                              &fresh);
         !s.ok()) {

@@ -16,6 +16,12 @@
 // norm and RoPE in float32, each output rounded once to the problem's dtype; c enters stage B
 // rounded to the dtype, as the unfused model code does.
 //
+// check() asks for every dimension of the layer (D, R, dr even, H, dn, dv positive; Rq >= 0) in
+// every stage, also those the stage does not use, so one MlaProblem describes the layer. A call
+// with no tokens (batch or seq 0) is a no-op: its arguments are not looked at. A pointer the stage
+// does not use (q_a_* with Rq = 0, stage A's inputs in kSecond, K/V/kv_b in kFirst, latent/k_pe
+// outside kSecond, both RoPE forms at once) is refused rather than ignored.
+//
 // Device-side indices never read or write out of bounds: a position outside [0, max_position)
 // makes that token's k_pe NaN (in K and in the cache row) and reads nothing; a slot < 0 is padding
 // (stage A writes no cache row; stage B reading from the cache reads nothing for that token and

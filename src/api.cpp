@@ -1,14 +1,14 @@
-// The public entry points: argument validation (check), strategy choice (select_strategy) and
-// dispatch (run). All validation lives here so every backend sees only well-formed calls, and a
-// refused call never reaches a backend, so nothing is written.
-#include <algorithm>
+// The projection's public entry points. One way through: validate (check_problem, check_args) ->
+// resolve the backend -> the strategy table's row (strategies.cpp, select_row) -> its launcher.
+// All validation lives here so every backend sees only well-formed calls, and a refused call
+// never reaches a backend, so nothing is written. A problem with a zero dimension is valid: it
+// reaches no strategy, and run_*_zero_size writes what the unfused math gives (empty sums).
 #include <cstdint>
-#include <cstdio>
 #include <sstream>
 
 #include "backends.h"
-#include "validation.h"
 #include "latentkv/latentkv.h"
+#include "validation.h"
 
 namespace latentkv {
 
@@ -116,20 +116,26 @@ namespace {
 
 using detail::byte_range;
 using detail::check_layout;
-using detail::check_positive;
+using detail::check_nonnegative;
 using detail::Dim;
 using detail::invalid;
 using detail::overlaps;
 using detail::Range;
 using detail::Span;
+using Row = detail::StrategyRow<Problem, Args>;
+
+bool has_zero_dimension(const Problem& p) {
+  return p.batch == 0 || p.seq == 0 || p.model_dim == 0 || p.rank == 0 || p.heads == 0 ||
+         p.head_dim == 0;
+}
 
 Status check_problem(const Problem& p) {
-  LATENTKV_RETURN_IF_ERROR(check_positive("batch", p.batch));
-  LATENTKV_RETURN_IF_ERROR(check_positive("seq", p.seq));
-  LATENTKV_RETURN_IF_ERROR(check_positive("model_dim", p.model_dim));
-  LATENTKV_RETURN_IF_ERROR(check_positive("rank", p.rank));
-  LATENTKV_RETURN_IF_ERROR(check_positive("heads", p.heads));
-  LATENTKV_RETURN_IF_ERROR(check_positive("head_dim", p.head_dim));
+  LATENTKV_RETURN_IF_ERROR(check_nonnegative("batch", p.batch));
+  LATENTKV_RETURN_IF_ERROR(check_nonnegative("seq", p.seq));
+  LATENTKV_RETURN_IF_ERROR(check_nonnegative("model_dim", p.model_dim));
+  LATENTKV_RETURN_IF_ERROR(check_nonnegative("rank", p.rank));
+  LATENTKV_RETURN_IF_ERROR(check_nonnegative("heads", p.heads));
+  LATENTKV_RETURN_IF_ERROR(check_nonnegative("head_dim", p.head_dim));
   int64_t product = 0;
   if (__builtin_mul_overflow(p.batch, p.seq, &product)) {
     return invalid("problem.batch * problem.seq = " + std::to_string(p.batch) + " * " +
@@ -147,15 +153,6 @@ Status check_problem(const Problem& p) {
 }
 
 Status check_args(const Problem& p, const Args& a) {
-  struct Pointer {
-    const void* ptr;
-    const char* name;
-  };
-  for (const Pointer& q : {Pointer{a.hidden, "args.hidden"}, Pointer{a.w_down, "args.w_down"},
-                           Pointer{a.w_up_k, "args.w_up_k"}, Pointer{a.w_up_v, "args.w_up_v"},
-                           Pointer{a.out, "args.out"}}) {
-    if (q.ptr == nullptr) return invalid(std::string(q.name) + " is null");
-  }
   const int64_t n = p.kv_width();
   const int64_t eb = element_size(p.dtype);
   Span hidden, w_down, w_up_k, w_up_v, out, latent;
@@ -178,6 +175,19 @@ Status check_args(const Problem& p, const Args& a) {
                           {p.heads, a.out_stride_head, "args.out_stride_head"},
                           {p.head_dim, 1, nullptr}};
   LATENTKV_RETURN_IF_ERROR(check_layout("out", out_dims, 5, eb, &out));
+  // A tensor with no elements may be null; the latent is optional.
+  struct Pointer {
+    const void* ptr;
+    const Span& span;
+    const char* name;
+  };
+  for (const Pointer& q : {Pointer{a.hidden, hidden, "args.hidden"},
+                           Pointer{a.w_down, w_down, "args.w_down"},
+                           Pointer{a.w_up_k, w_up_k, "args.w_up_k"},
+                           Pointer{a.w_up_v, w_up_v, "args.w_up_v"},
+                           Pointer{a.out, out, "args.out"}}) {
+    if (q.ptr == nullptr && !q.span.empty()) return invalid(std::string(q.name) + " is null");
+  }
 
   Range outputs[3] = {byte_range("out", a.out, out, eb), {}, {}};
   int num_outputs = 1;
@@ -220,120 +230,44 @@ Status check_args(const Problem& p, const Args& a) {
   return Status::Ok();
 }
 
-// kAuto's first choice on CUDA from the problem alone: the fused kernel where launches and round
-// trips dominate (few tokens, small weights); the decode kernels where few tokens meet weights
-// worth streaming over every SM (cuBLAS leaves most SMs idle there); cuBLAS where the work is
-// GEMM-sized and the fused FFMA kernel would lose to it. choose() and workspace_size() share it.
-Strategy preferred_cuda_strategy(const Problem& p) {
-  if (detail::cuda_fused_supports(p).ok() && detail::cuda_fused_preferred(p)) {
-    return Strategy::kCudaFused;
+// Validation, the backend, and the row that runs the call: null for a problem with a zero
+// dimension, which no strategy computes (only a row of that backend, dtype and forced strategy
+// must exist).
+Status select(const Problem& p, const Args& a, const Options& o, Backend* backend,
+              const Row** row) {
+  LATENTKV_RETURN_IF_ERROR(check_problem(p));
+  LATENTKV_RETURN_IF_ERROR(check_args(p, a));
+  if (o.backend != Backend::kAuto && o.backend != Backend::kCpu && o.backend != Backend::kCuda) {
+    return invalid("options.backend = " + std::to_string(static_cast<int>(o.backend)) +
+                   " is not a Backend");
   }
-  return detail::cuda_decode_preferred(p) ? Strategy::kCudaDecode : Strategy::kCudaGemm;
-}
-
-Status choose(const Problem& p, const Args& a, const Options& o, Strategy* chosen) {
-  const Backend backend = resolve_backend(o.backend);
-  if (backend == Backend::kCpu) {
-    if (o.strategy != Strategy::kAuto && o.strategy != Strategy::kCpuBlocked) {
-      return {StatusCode::kInvalidArgument, std::string("options.strategy = ") +
-                                                to_string(o.strategy) +
-                                                " does not run on options.backend = cpu"};
-    }
-    if (p.dtype != DType::kFloat32) {
-      return {StatusCode::kUnsupported, std::string("problem.dtype = ") + to_string(p.dtype) +
-                                            " is not supported by the cpu backend (float32 only)"};
-    }
-    *chosen = Strategy::kCpuBlocked;
-    return Status::Ok();
-  }
-  if (!detail::cuda_device_present()) {
+  *backend = resolve_backend(o.backend);
+  if (*backend == Backend::kCuda && !detail::cuda_device_present()) {
     return {StatusCode::kBackendUnavailable,
             "options.backend = cuda, but no CUDA device is present (or CUDA support is not "
             "compiled in)"};
   }
-  switch (o.strategy) {
-    case Strategy::kCudaFused:
-      LATENTKV_RETURN_IF_ERROR(detail::cuda_fused_supports(p));
-      *chosen = Strategy::kCudaFused;
-      return Status::Ok();
-    case Strategy::kCudaGemm:
-      LATENTKV_RETURN_IF_ERROR(detail::cuda_gemm_supports(p, a));
-      *chosen = Strategy::kCudaGemm;
-      return Status::Ok();
-    case Strategy::kCudaDecode:
-      LATENTKV_RETURN_IF_ERROR(detail::cuda_decode_supports(p, a));
-      *chosen = Strategy::kCudaDecode;
-      return Status::Ok();
-    case Strategy::kAuto: break;
-    default:
-      return {StatusCode::kInvalidArgument, std::string("options.strategy = ") +
-                                                to_string(o.strategy) +
-                                                " does not run on options.backend = cuda"};
-  }
-  // The preferred strategy when the call's arguments suit it, then whatever takes the call (no
-  // workspace, unaligned weights).
-  const Strategy preferred = preferred_cuda_strategy(p);
-  if (preferred == Strategy::kCudaFused) {
-    *chosen = Strategy::kCudaFused;
-    return Status::Ok();
-  }
-  const Status decode = detail::cuda_decode_supports(p, a);
-  if (preferred == Strategy::kCudaDecode && decode.ok()) {
-    *chosen = Strategy::kCudaDecode;
-    return Status::Ok();
-  }
-  const Status fused = detail::cuda_fused_supports(p);
-  const Status gemm = detail::cuda_gemm_supports(p, a);
-  if (gemm.ok()) {
-    *chosen = Strategy::kCudaGemm;
-    return Status::Ok();
-  }
-  if (fused.ok()) {
-    *chosen = Strategy::kCudaFused;
-    return Status::Ok();
-  }
-  if (decode.ok()) {
-    *chosen = Strategy::kCudaDecode;
-    return Status::Ok();
-  }
-  return {gemm.code(), "no CUDA strategy takes " + p.to_string() + ": cuda-fused: " +
-                           fused.message() + "; cuda-gemm: " + gemm.message() +
-                           "; cuda-decode: " + decode.message()};
+  const auto& table = detail::projection_strategies();
+  *row = nullptr;
+  if (has_zero_dimension(p)) return detail::match_rows(table, p, *backend, o.strategy);
+  return detail::select_row(table, p, a, *backend, o.strategy, row);
 }
 
 }  // namespace
 
 Status select_strategy(const Problem& problem, const Args& args, const Options& options,
                        Strategy* strategy) {
-  LATENTKV_RETURN_IF_ERROR(check_problem(problem));
-  LATENTKV_RETURN_IF_ERROR(check_args(problem, args));
-  if (options.backend != Backend::kAuto && options.backend != Backend::kCpu &&
-      options.backend != Backend::kCuda) {
-    return invalid("options.backend = " + std::to_string(static_cast<int>(options.backend)) +
-                   " is not a Backend");
-  }
-  Strategy chosen = Strategy::kAuto;
-  LATENTKV_RETURN_IF_ERROR(choose(problem, args, options, &chosen));
-  if (strategy != nullptr) *strategy = chosen;
+  Backend backend = Backend::kAuto;
+  const Row* row = nullptr;
+  LATENTKV_RETURN_IF_ERROR(select(problem, args, options, &backend, &row));
+  if (strategy != nullptr) *strategy = row != nullptr ? row->id : options.strategy;
   return Status::Ok();
 }
 
 int64_t workspace_size(const Problem& problem, const Options& options, bool with_latent) {
-  if (!check_problem(problem).ok() || resolve_backend(options.backend) != Backend::kCuda) return 0;
-  const int64_t gemm = detail::cuda_gemm_workspace_size(problem, with_latent);
-  switch (options.strategy) {
-    case Strategy::kCudaGemm: return gemm;
-    case Strategy::kCudaDecode: return detail::cuda_decode_workspace_size(problem);
-    case Strategy::kAuto: break;
-    default: return 0;
-  }
-  // Where kAuto prefers cuda-decode, enough for cuda-gemm too: choose() falls back to it when the
-  // call's weights are not 16-byte vectors.
-  switch (preferred_cuda_strategy(problem)) {
-    case Strategy::kCudaFused: return 0;
-    case Strategy::kCudaDecode: return std::max(detail::cuda_decode_workspace_size(problem), gemm);
-    default: return gemm;
-  }
+  if (!check_problem(problem).ok() || has_zero_dimension(problem)) return 0;
+  return detail::table_workspace(detail::projection_strategies(), problem,
+                                 resolve_backend(options.backend), options.strategy, with_latent);
 }
 
 Status check(const Problem& problem, const Args& args, const Options& options) {
@@ -341,26 +275,19 @@ Status check(const Problem& problem, const Args& args, const Options& options) {
 }
 
 Status run(const Problem& problem, const Args& args, const Options& options) {
-  Strategy strategy = Strategy::kAuto;
-  LATENTKV_RETURN_IF_ERROR(select_strategy(problem, args, options, &strategy));
-  switch (strategy) {
-    case Strategy::kCpuBlocked: return detail::run_cpu_blocked(problem, args);
-    case Strategy::kCudaFused: return detail::run_cuda_fused(problem, args, options.stream);
-    case Strategy::kCudaGemm: return detail::run_cuda_gemm(problem, args, options.stream);
-    case Strategy::kCudaDecode: {
-      const Status decoded = detail::run_cuda_decode(problem, args, options.stream);
-      // kAuto's choice refused at launch, having enqueued nothing (the bf16/fp16 kernel is a
-      // cooperative launch, one block on every SM at once, which fewer available SMs than the
-      // device reports cannot take): cuda-gemm takes the call where it can.
-      if (decoded.code() == StatusCode::kUnsupported && options.strategy == Strategy::kAuto &&
-          detail::cuda_gemm_supports(problem, args).ok()) {
-        return detail::run_cuda_gemm(problem, args, options.stream);
-      }
-      return decoded;
-    }
-    default: break;
+  Backend backend = Backend::kAuto;
+  const Row* row = nullptr;
+  LATENTKV_RETURN_IF_ERROR(select(problem, args, options, &backend, &row));
+  if (row == nullptr) {
+    return backend == Backend::kCpu ? detail::run_cpu_zero_size(problem, args)
+                                    : detail::run_cuda_zero_size(problem, args, options.stream);
   }
-  return {StatusCode::kUnsupported, "no strategy takes " + problem.to_string()};
+  const Status launched = row->launch(problem, args, options.stream);
+  if (launched.code() == StatusCode::kUnsupported && options.strategy == Strategy::kAuto) {
+    const Row* next = detail::next_row(detail::projection_strategies(), problem, args, row);
+    if (next != nullptr) return next->launch(problem, args, options.stream);
+  }
+  return launched;
 }
 
 }  // namespace latentkv

@@ -12,6 +12,8 @@
 // workspace_size() for kAuto (table_workspace) is the preferred row's workspace, and where that is
 // not zero also enough for the first other row of the table, so a caller who allocates it gets
 // the preferred strategy and, should the arguments rule that out (alignment), the fallback.
+// A launch that is refused having enqueued nothing (kUnsupported: a cooperative launch the device
+// cannot hold at that moment) runs, under kAuto, on the next row that takes the call (next_row).
 #pragma once
 
 #include <cstdint>
@@ -36,11 +38,13 @@ struct StrategyRow {
   // Can this strategy run the call? Looks at the problem, the arguments (alignment, workspace)
   // and the device's facts (compute capability), never at memory contents.
   Status (*takes)(const ProblemT&, const ArgsT&);
-  // Is it the faster choice for this problem (heuristics.h)? Only asked of rows that take the call.
+  // Is it the faster choice for this problem (heuristics.h)? At most one row of a backend and
+  // dtype says so for a problem; select_row asks only the rows that take the call.
   bool (*preferred)(const ProblemT&);
   // Bytes of args.workspace it needs for the problem (0: none); with_latent: the caller gives the
   // projection's latent output (MLA rows ignore it).
   int64_t (*workspace)(const ProblemT&, bool with_latent);
+  // Enqueues the work on the stream. kUnsupported only when nothing was enqueued.
   Status (*launch)(const ProblemT&, const ArgsT&, Stream);
 };
 
@@ -52,43 +56,59 @@ struct StrategyTable {
   const StrategyRow<ProblemT, ArgsT>* end() const { return rows + size; }
 };
 
+// Whether some row could run a problem of p.dtype on `backend` (resolved) with `forced` (kAuto:
+// any row), asking no row whether it takes the call; the refusal names the strategy, the backend
+// or the dtype that has none. select_row's first step, and all that a call with nothing to
+// compute (a zero dimension) needs.
+template <typename ProblemT, typename ArgsT>
+Status match_rows(const StrategyTable<ProblemT, ArgsT>& table, const ProblemT& p, Backend backend,
+                  Strategy forced) {
+  const DTypeMask dtype = dtype_bit(p.dtype);
+  bool named = false;
+  for (const auto& row : table) {
+    if (forced != Strategy::kAuto && row.id != forced) continue;
+    named = true;
+    if (row.backend == backend && (row.dtypes & dtype)) return Status::Ok();
+  }
+  if (forced == Strategy::kAuto) {
+    return {StatusCode::kUnsupported, std::string("problem.dtype = ") + to_string(p.dtype) +
+                                          " is not supported by the " + to_string(backend) +
+                                          " backend"};
+  }
+  if (!named) {
+    return {StatusCode::kInvalidArgument, std::string("options.strategy = ") + to_string(forced) +
+                                              " does not compute " + p.to_string()};
+  }
+  for (const auto& row : table) {
+    if (row.id == forced && row.backend == backend) {
+      return {StatusCode::kUnsupported, std::string("options.strategy = ") + to_string(forced) +
+                                            " does not take problem.dtype = " + to_string(p.dtype)};
+    }
+  }
+  return {StatusCode::kInvalidArgument, std::string("options.strategy = ") + to_string(forced) +
+                                            " does not run on options.backend = " +
+                                            to_string(backend)};
+}
+
 // The row that runs the call on `backend` (already resolved: kCpu or kCuda), or the refusal.
 template <typename ProblemT, typename ArgsT>
 Status select_row(const StrategyTable<ProblemT, ArgsT>& table, const ProblemT& p, const ArgsT& a,
                   Backend backend, Strategy forced, const StrategyRow<ProblemT, ArgsT>** out) {
+  if (Status matched = match_rows(table, p, backend, forced); !matched.ok()) return matched;
   const DTypeMask dtype = dtype_bit(p.dtype);
   if (forced != Strategy::kAuto) {
-    bool named = false;
     for (const auto& row : table) {
-      if (row.id != forced) continue;
-      named = true;
-      if (row.backend != backend || !(row.dtypes & dtype)) continue;
+      if (row.id != forced || row.backend != backend || !(row.dtypes & dtype)) continue;
       Status takes = row.takes(p, a);
       if (takes.ok()) *out = &row;
       return takes;
     }
-    if (!named) {
-      return {StatusCode::kInvalidArgument, std::string("options.strategy = ") + to_string(forced) +
-                                                " does not compute " + p.to_string()};
-    }
-    for (const auto& row : table) {
-      if (row.id == forced && row.backend == backend) {
-        return {StatusCode::kUnsupported, std::string("options.strategy = ") + to_string(forced) +
-                                              " does not take problem.dtype = " +
-                                              to_string(p.dtype)};
-      }
-    }
-    return {StatusCode::kInvalidArgument, std::string("options.strategy = ") + to_string(forced) +
-                                              " does not run on options.backend = " +
-                                              to_string(backend)};
   }
   const StrategyRow<ProblemT, ArgsT>* fallback = nullptr;
   std::string reasons;
   StatusCode code = StatusCode::kUnsupported;
-  bool any_row = false;
   for (const auto& row : table) {
     if (row.backend != backend || !(row.dtypes & dtype)) continue;
-    any_row = true;
     Status takes = row.takes(p, a);
     if (takes.ok()) {
       if (row.preferred(p)) {
@@ -106,13 +126,24 @@ Status select_row(const StrategyTable<ProblemT, ArgsT>& table, const ProblemT& p
     *out = fallback;
     return Status::Ok();
   }
-  if (!any_row) {
-    return {StatusCode::kUnsupported, std::string("problem.dtype = ") + to_string(p.dtype) +
-                                          " is not supported by the " + to_string(backend) +
-                                          " backend"};
-  }
   return {code, std::string("no ") + to_string(backend) + " strategy takes " + p.to_string() +
                     ": " + reasons};
+}
+
+// Under kAuto, the row to run when `refused`'s launch came back kUnsupported having enqueued
+// nothing: the first other row of the table, in table order, that takes the call; null if none.
+template <typename ProblemT, typename ArgsT>
+const StrategyRow<ProblemT, ArgsT>* next_row(const StrategyTable<ProblemT, ArgsT>& table,
+                                             const ProblemT& p, const ArgsT& a,
+                                             const StrategyRow<ProblemT, ArgsT>* refused) {
+  for (const auto& row : table) {
+    if (&row == refused || row.backend != refused->backend ||
+        !(row.dtypes & dtype_bit(p.dtype))) {
+      continue;
+    }
+    if (row.takes(p, a).ok()) return &row;
+  }
+  return nullptr;
 }
 
 // Workspace bytes for a call on `backend` (resolved) with `forced` (kAuto or a strategy).

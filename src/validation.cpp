@@ -5,6 +5,17 @@ namespace latentkv::detail {
 
 Status check_layout(const char* tensor, const Dim* dims, int rank, int64_t elem_bytes,
                     Span* span) {
+  for (int i = 0; i < rank; ++i) {
+    if (dims[i].extent != 0) continue;
+    for (int j = 0; j < rank; ++j) {
+      if (dims[j].stride_name != nullptr && dims[j].stride < 0) {
+        return invalid(std::string(dims[j].stride_name) + " = " + std::to_string(dims[j].stride) +
+                       " is negative");
+      }
+    }
+    span->last = -1;
+    return Status::Ok();
+  }
   int64_t inner_extent = 1;  // elements covered by the dims inside the current one
   int64_t last = 0;
   for (int i = rank - 1; i >= 0; --i) {
@@ -40,6 +51,7 @@ Status check_layout(const char* tensor, const Dim* dims, int rank, int64_t elem_
 
 Range byte_range(const char* name, const void* base, const Span& span, int64_t elem_bytes) {
   const uintptr_t b = reinterpret_cast<uintptr_t>(base);
+  if (span.empty()) return {name, b, b};
   return {name, b, b + static_cast<uintptr_t>((span.last + 1) * elem_bytes)};
 }
 
@@ -48,6 +60,14 @@ Status check_positive(const char* name, int64_t value) {
   if (value <= 0) {
     return invalid(std::string("problem.") + name + " = " + std::to_string(value) +
                    " must be positive");
+  }
+  return Status::Ok();
+}
+
+Status check_nonnegative(const char* name, int64_t value) {
+  if (value < 0) {
+    return invalid(std::string("problem.") + name + " = " + std::to_string(value) +
+                   " must not be negative");
   }
   return Status::Ok();
 }

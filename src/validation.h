@@ -1,7 +1,7 @@
 // Validation helpers shared by the API layers of every operation (api.cpp for the projection,
 // mla/api.cpp for the MLA path): tensor layouts as (extent, stride) lists checked for negative or
 // overlapping strides and int64 overflow, byte ranges for the aliasing checks, and the
-// positive-dimension check. Every refusal names the argument and its value.
+// dimension checks (positive, or non-negative where an operation computes empty sums). Every refusal names the argument and its value.
 #pragma once
 
 #include <cstdint>
@@ -28,12 +28,14 @@ struct Dim {
 
 // The element offsets a tensor touches, relative to its base pointer.
 struct Span {
-  int64_t last = 0;  // largest element offset
+  int64_t last = 0;  // largest element offset; -1 for a tensor with no elements
+  bool empty() const { return last < 0; }
 };
 
 // Checks that a row-major (outermost first) layout with padded strides has non-negative strides,
 // that each stride holds the dimension inside it (no overlapping rows) and that the largest
-// element offset, in bytes, fits in int64. Dims of extent 1 may carry any non-negative stride.
+// element offset, in bytes, fits in int64. Dims of extent 1 may carry any non-negative stride; a
+// tensor with an extent of 0 has no elements, and only its strides' signs are checked.
 Status check_layout(const char* tensor, const Dim* dims, int rank, int64_t elem_bytes, Span* span);
 
 struct Range {
@@ -43,9 +45,14 @@ struct Range {
 
 Range byte_range(const char* name, const void* base, const Span& span, int64_t elem_bytes);
 
-inline bool overlaps(const Range& a, const Range& b) { return a.begin < b.end && b.begin < a.end; }
+// Empty ranges (tensors with no elements) overlap nothing.
+inline bool overlaps(const Range& a, const Range& b) {
+  return a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end;
+}
 
 // "problem.<name> = <value> must be positive" unless value > 0.
 Status check_positive(const char* name, int64_t value);
+// "problem.<name> = <value> must not be negative" unless value >= 0.
+Status check_nonnegative(const char* name, int64_t value);
 
 }  // namespace latentkv::detail

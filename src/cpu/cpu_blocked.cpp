@@ -26,26 +26,26 @@
 #include <vector>
 
 #include "backends.h"
+#include "cuda/tile_sizes.h"
+#include "heuristics.h"
 
 namespace latentkv::detail {
 namespace {
 
 // Register tiles: up to kRows rows x vecs_for_rows(rows) Vec8s of columns. 6 x 2 Vec8s (16
 // columns) = 12 accumulators, plus 2 loads of W and a broadcast, is 15 of the 16 ymm registers;
-// measured on the founding case against 4x16, 4x24, 5x16 and 3x32, 6x16 was fastest. The rows left
+// on the founding case against 4x16, 4x24, 5x16 and 3x32, 6x16 was the fastest. The rows left
 // over (tokens % 6: the whole tile when T < 6) get a tile of their own, widened to >= 8
 // accumulators, enough independent FMA chains to hide the FMA latency: a 6-row tile running one
-// live row would do 6x the work (T = 1 went from 2.6 to 1.0 us).
-constexpr int kRows = 6;
-constexpr int kTileTokens = 24;   // tokens per work item: each W panel serves 4 register tiles
-constexpr int64_t kDBlock = 256;  // w_down rows per pass: a 256 x 16 float panel is 16 KB (L1)
-constexpr int64_t kRBlock = 256;  // latent columns per pass: the stack tile is 24 x 256 floats
-// Below ~200k FMAs per thread, waking a worker costs more than it saves.
-constexpr double kFmasPerThread = 2e5;
+// live row would do 6x the work. The sizes, with their reasons, are in tile_sizes.h.
+constexpr int kRows = tiles::kCpuRows;
+constexpr int kTileTokens = tiles::kCpuTileTokens;
+constexpr int64_t kDBlock = tiles::kCpuDBlock;
+constexpr int64_t kRBlock = tiles::kCpuRBlock;
+constexpr double kFmasPerThread = kCpuFmasPerThread;  // heuristics.h
 constexpr int kMaxWorkers = 63;
 // How long a worker polls for the next job before it sleeps (see spin_while_unchanged).
 constexpr std::chrono::microseconds kSpin{100};
-static_assert(kTileTokens % kRows == 0, "a token tile is a whole number of register tiles");
 
 // Vec8s per row of the register tile for `rows` rows (1..kRows).
 constexpr int vecs_for_rows(int rows) { return rows == 1 ? 8 : rows <= 3 ? 4 : rows == 4 ? 3 : 2; }

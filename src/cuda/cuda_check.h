@@ -30,8 +30,8 @@ class RelaxedCaptureScope {
   cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
 };
 
-// The current device, for the per-device caches of the CUDA strategies (attributes read once,
-// kernels opted in to large shared memory once), which track the first kMaxTrackedDevices devices.
+// The current device, for the per-device caches of the CUDA strategies (device facts, cuBLAS
+// handles, kernels opted in to large shared memory), which track the first kMaxTrackedDevices.
 constexpr int kMaxTrackedDevices = 64;
 inline Status current_tracked_device(int* device) {
   if (Status s = cuda_status(cudaGetDevice(device), "cudaGetDevice"); !s.ok()) return s;

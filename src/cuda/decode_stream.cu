@@ -1,21 +1,22 @@
 // The decode strategy for float32 (Strategy::kCudaDecode on float32; bf16/fp16 take the tensor-core
-// kernels of decode_tensor_core.cu): few tokens (T <= 16; kAuto picks it for T = 1, and T <= 4
-// with up to 16 MB of weights, where it was measured faster) against large weights. The cost is
+// kernel of decode_tensor_core.cu): few tokens (T <= 16; where kAuto prefers it is in
+// heuristics.h) against large weights. Any architecture; PDL's overlap needs sm_90. The cost is
 // streaming the weights from HBM once, so the work is cut to put every SM on the weight stream with
 // all of its loads in flight at once, and the stages are chained with programmatic dependent launch
 // (PDL) so that the up-projection weights are already on their way while the down projection runs:
-//   1. down_partials   grid (R / kDownCols column tiles, chunks of D): each block reads a
+//   1. kv_proj_decode_fp32_down    grid (R / kDownCols column tiles, chunks of D): each block reads a
 //                      (32 * loads) x kDownCols tile of w_down (every load issued before any use),
 //                      multiplies by the staged hidden rows and writes partials[chunk][t][r];
 //                      chunks are few (~128-224 blocks in all).
-//   2. reduce_latent   latent[t][r] = sum over chunks, in a fixed order (deterministic), for
-//                      stage 3 and the caller's latent output.
-//   3. up_project      persistent, two blocks per SM, over tiles of 16 columns of
+//   2. kv_proj_decode_fp32_reduce  latent[t][r] = sum over chunks, in a fixed order
+//                      (deterministic), for stage 3 and the caller's latent output.
+//   3. kv_proj_decode_fp32_up      persistent, two blocks per SM, over tiles of 16 columns of
 //                      [w_up_k | w_up_v] and all R <= 512 rows, in registers; the first tile's
 //                      loads go out *before* waiting for stage 2, and each next tile's while the
 //                      current one is multiplied by the latent and written straight into the
 //                      stacked output (any head stride: heads need not be packed).
-// Stages 2 and 3 are launched with the programmatic-stream-serialization attribute: their blocks
+// On sm_90, stages 2 and 3 are launched with the programmatic-stream-serialization attribute
+// (below it, plain stream order): their blocks
 // start once every block of the previous stage is running, and cudaGridDependencySynchronize()
 // holds them until that stage's memory is visible. Three launches on the caller's stream, no host
 // synchronization, graph-capturable; the scratch (partials and the latent) is the caller's
@@ -24,33 +25,35 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <string>
 
 #include "backends.h"
+#include "cuda/common.h"
+#include "cuda/convert.h"
 #include "cuda/cuda_check.h"
+#include "cuda/device_facts.h"
 #include "cuda/kernel_args.h"
-#include "cuda/pdl.h"
+#include "cuda/ptx.h"
+#include "cuda/tile_sizes.h"
+#include "heuristics.h"
 
 namespace latentkv::detail {
 namespace {
 
-constexpr int kMaxTokens = 16;     // the strategy's limit on T = batch * seq
-// Tokens per pass (kGroup, a template argument: 1, 2 or 4): kGroup x vector-width accumulators
-// per thread. Matching it to T matters: the kernels are instruction-bound long before HBM is busy
-// (measured: a 4-token pass for one token cost 2x), and 4 keeps registers low enough for stages 1
-// and 3 to share an SM.
-constexpr int kMaxGroup = 4;
-constexpr int kThreads = 256;      // 8 warps, every stage
+// The tile plan (tile_sizes.h); the token group per pass (kGroup: 1, 2 or 4, a template argument)
+// is chosen by decode_fp32_token_group (heuristics.h).
+constexpr int kMaxTokens = tiles::kDecodeStreamMaxTokens;
+constexpr int kMaxGroup = tiles::kDecodeStreamMaxGroup;
+constexpr int kThreads = tiles::kDecodeStreamThreads;  // 8 warps, every stage
 constexpr int kWarps = kThreads / 32;
+constexpr int kDownSlots = tiles::kDecodeStreamDownSlots;
+constexpr int kUpLoads = tiles::kDecodeStreamUpLoads;
+constexpr int kUpSlots = tiles::kDecodeStreamUpSlots;
+constexpr int kMaxRank = tiles::kDecodeStreamMaxRank;
 constexpr int kTargetBlocks = 128;  // stage 1 cuts D into chunks until about this many blocks
 constexpr int kMaxDownLoads = 8;    // 16-byte weight loads per thread in stage 1 (<= 128 registers)
-constexpr int kDownSlots = 32;      // row slots per block in stage 1 (8 warps x 4)
-constexpr int kUpLoads = 8;         // 16-byte weight loads per thread and tile in stage 3
-constexpr int kUpSlots = 64;        // row slots per block in stage 3 (8 warps x 8)
-constexpr int kMaxRank = kUpSlots * kUpLoads;  // 512: R of every MLA model so far, in registers
 constexpr int kUpBlocksPerSm = 2;   // stage 3 is persistent: this many blocks per SM
 
 // 16-byte vectors of the weights: 4 floats or 8 bf16/fp16.
@@ -58,17 +61,6 @@ template <typename T>
 struct Vec {
   static constexpr int kWidth = 16 / sizeof(T);
 };
-
-__device__ __forceinline__ float to_float(float x) { return x; }
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
-
-// One 16-byte weight vector, read through the non-coherent path: weights are read exactly once.
-__device__ __forceinline__ uint4 load_vector(const void* p) {
-  return __ldg(reinterpret_cast<const uint4*>(p));
-}
 
 // The vector's elements as floats.
 template <typename T>
@@ -91,9 +83,10 @@ struct DecodeParams : ActivationParams<T>, WeightParams<T> {
 // warp * 4 + lane / 8); the thread's rows are slot, slot + 32, ... within the chunk.
 template <typename T, int kGroup>
 __global__ void __launch_bounds__(kThreads, 2)
-    down_partials(const __grid_constant__ DecodeParams<T> p) {
+    kv_proj_decode_fp32_down(const __grid_constant__ DecodeParams<T> p) {
   constexpr int kW = Vec<T>::kWidth;
   constexpr int kCols = 8 * kW;  // 64 (bf16/fp16) or 32 (fp32) latent columns per block
+  static_assert(sizeof(T) != 4 || kCols == tiles::kDecodeStreamDownCols, "tile_sizes.h's plan");
   __shared__ float x[kMaxTokens][kMaxDownLoads * kDownSlots];  // hidden rows of the chunk
   __shared__ float reduce[kWarps][kGroup][kCols];              // per-warp partial sums
   allow_dependents();
@@ -164,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 // w, w + 8, ... and the 8 warp sums meet in shared memory, in a fixed order (deterministic).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    reduce_latent(const __grid_constant__ DecodeParams<T> p) {
+    kv_proj_decode_fp32_reduce(const __grid_constant__ DecodeParams<T> p) {
   __shared__ float warp_sums[kWarps][32];
   allow_dependents();
   wait_for_previous_stage();
@@ -196,6 +189,7 @@ template <typename T>
 struct UpTile {
   static constexpr int kW = Vec<T>::kWidth;
   static constexpr int kCols = 4 * kW;
+  static_assert(sizeof(T) != 4 || kCols == tiles::kDecodeStreamUpCols, "tile_sizes.h's plan");
 };
 
 // The thread's weight vectors of one tile, issued together (no use before the last is issued).
@@ -270,7 +264,8 @@ __device__ __forceinline__ void project_up_tile(const DecodeParams<T>& p, int ti
 // buffers: the next tile's weights are in flight while the current one is multiplied. The first
 // tile's loads go out before the wait for stage 2, overlapping stages 1 and 2.
 template <typename T, int kGroup>
-__global__ void __launch_bounds__(kThreads, 2) up_project(const __grid_constant__ DecodeParams<T> p) {
+__global__ void __launch_bounds__(kThreads, 2)
+    kv_proj_decode_fp32_up(const __grid_constant__ DecodeParams<T> p) {
   extern __shared__ float4 smem_raw[];
   float* latent = reinterpret_cast<float*>(smem_raw);  // [T][R]
   __shared__ float reduce[kWarps][kGroup][UpTile<T>::kCols];
@@ -319,19 +314,10 @@ int64_t latent_floats(const Problem& p) { return p.tokens() * p.rank; }
 
 size_t up_smem_bytes(const Problem& p) { return sizeof(float) * latent_floats(p); }
 
-// SMs of the current device, asked once per device (run() is on the hot path).
-Status multiprocessor_count(int* count) {
-  static std::atomic<int> cached[kMaxTrackedDevices] = {};
-  int device = 0;
-  if (Status tracked = current_tracked_device(&device); !tracked.ok()) return tracked;
-  if ((*count = cached[device].load()) > 0) return Status::Ok();
-  LATENTKV_CUDA_RETURN(cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device));
-  cached[device].store(*count);
-  return Status::Ok();
-}
-
 template <typename T, int kGroup>
 Status launch(const Problem& p, const Args& a, Stream stream) {
+  const DeviceFacts* facts = nullptr;
+  if (Status known = current_device_facts(&facts); !known.ok()) return known;
   const DownPlan plan = down_plan(p);
   DecodeParams<T> k;
   copy_activation_args<T>(p, a, k);
@@ -347,7 +333,7 @@ Status launch(const Problem& p, const Args& a, Stream stream) {
   const int w = Vec<T>::kWidth;
   const dim3 down_grid(static_cast<unsigned>((k.rank + 8 * w - 1) / (8 * w)),
                        static_cast<unsigned>(plan.chunks));
-  down_partials<T, kGroup><<<down_grid, kThreads, 0, stream>>>(k);
+  kv_proj_decode_fp32_down<T, kGroup><<<down_grid, kThreads, 0, stream>>>(k);
   LATENTKV_CUDA_RETURN(cudaGetLastError());
 
   cudaLaunchAttribute pdl[1];
@@ -357,18 +343,17 @@ Status launch(const Problem& p, const Args& a, Stream stream) {
   config.blockDim = dim3(kThreads);
   config.stream = stream;
   config.attrs = pdl;
-  config.numAttrs = 1;
+  config.numAttrs = facts->major >= 9 ? 1 : 0;  // programmatic dependent launch is sm_90
 
   config.gridDim = dim3(static_cast<unsigned>((latent_floats(p) + 31) / 32));
   config.dynamicSmemBytes = 0;
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, reduce_latent<T>, k));
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, kv_proj_decode_fp32_reduce<T>, k));
 
-  int sms = 0;
-  if (Status counted = multiprocessor_count(&sms); !counted.ok()) return counted;
-  const int64_t tiles = (2 * int64_t{k.kv_width} + UpTile<T>::kCols - 1) / UpTile<T>::kCols;
-  config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(tiles, kUpBlocksPerSm * sms)));
+  const int64_t up_tiles = ceil_div<int64_t>(2 * int64_t{k.kv_width}, UpTile<T>::kCols);
+  config.gridDim = dim3(static_cast<unsigned>(
+      std::min<int64_t>(up_tiles, int64_t{kUpBlocksPerSm} * facts->sm_count)));
   config.dynamicSmemBytes = up_smem_bytes(p);
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, up_project<T, kGroup>, k));
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, kv_proj_decode_fp32_up<T, kGroup>, k));
   return Status::Ok();
 }
 
@@ -379,7 +364,7 @@ Status refuse(const std::string& why) {
 }  // namespace
 
 int64_t cuda_decode_fp32_workspace_size(const Problem& p) {
-  if (p.tokens() > kMaxTokens) return 0;
+  if (!cuda_decode_fp32_fits(p).ok()) return 0;
   return static_cast<int64_t>(sizeof(float)) * (down_plan(p).chunks + 1) * latent_floats(p);
 }
 
@@ -407,24 +392,14 @@ Status cuda_decode_fp32_fits(const Problem& p) {
   return Status::Ok();
 }
 
-// Measured on an H200 with these kernels in bf16 (before bf16 moved to tensor cores), against
-// cuda-gemm (docs/perf-notes.md, 2026-11-29): DeepSeek-V2-Lite (6.3 MB of weights) T = 1..4:
-// 8.1-10.6 us against 11.9 us, T = 8: 14.8 against 12.0; DeepSeek-V3 (41 MB) T = 1: 19.2 against
-// 19.6, T = 2: 21.1 against 19.7. The kernels are instruction-bound (FFMA per token per weight, the
-// split-K reductions), so their edge shrinks with T and with the weights' size; float32 doubles
-// the bytes, not the instructions, so the same bounds hold at least as well.
-bool cuda_decode_fp32_preferred(const Problem& p) {
-  constexpr int64_t kSmallWeightBytes = int64_t{16} << 20;
-  if (!cuda_decode_fp32_fits(p).ok()) return false;  // also bounds the sizes multiplied below
-  return p.tokens() == 1 || (p.tokens() <= 4 && weight_bytes(p) <= kSmallWeightBytes);
-}
-
-// The token group: T itself for one or two tokens, else passes of 4.
+// The token group (heuristics.h), a template argument: one switch point.
 template <typename T>
 Status launch_grouped(const Problem& p, const Args& a, Stream stream) {
-  if (p.tokens() == 1) return launch<T, 1>(p, a, stream);
-  if (p.tokens() == 2) return launch<T, 2>(p, a, stream);
-  return launch<T, kMaxGroup>(p, a, stream);
+  switch (decode_fp32_token_group(p.tokens())) {
+    case 1: return launch<T, 1>(p, a, stream);
+    case 2: return launch<T, 2>(p, a, stream);
+    default: return launch<T, kMaxGroup>(p, a, stream);
+  }
 }
 
 Status run_cuda_decode_fp32(const Problem& p, const Args& a, Stream stream) {

@@ -2,15 +2,16 @@
 // tokens (T <= 16) against large weights, as in MLA decoding (DeepSeek-V2-Lite: 6 MB of bf16
 // weights per call, V3: 41 MB). The cost is streaming the weights from HBM once, and the down
 // projection has to finish over all of D before the up projection can start. One cooperative
-// kernel does both, one block per SM:
+// kernel, kv_proj_decode_tc_sm90 (TMA and mbarriers: sm_90 only; its row refuses older devices),
+// does both, one block per SM:
 //   t = 0      every block requests its first tiles of w_up_k / w_up_v through the bulk tensor
 //              copy engine (TMA: no registers or threads held while the bytes are in flight), as
 //              many as its shared memory holds, and its share of w_down and hidden (cp.async).
 //   down       block i < items takes an 8-column tile of w_down times one chunk of D (R / 8 tiles
 //              x 1-8 chunks, about 128 items) and stores its partial latent [T][8] (float32) in
 //              the workspace.
-//   barrier    one grid-wide barrier (cooperative launch; ~1 us measured on an H200, against ~4 us
-//              per extra kernel boundary for the two-launch version this replaced).
+//   barrier    one grid-wide barrier (cooperative launch: cheaper than the extra kernel boundary
+//              of a two-launch version).
 //   up         every block sums the partials over the chunks in a fixed order (deterministic, and
 //              every block gets the same latent), keeps it as the MMA's A operand (a hi + lo pair
 //              of 16-bit values: ~16 mantissa bits, as good as float32 here, where the unfused
@@ -21,7 +22,7 @@
 // The multiplications run on tensor cores (mma.sync m16n8k16, float32 accumulation) with the
 // tokens as the M side: T = 1 and T = 16 cost the same instructions; A rows past T read a shared
 // row of zeros. Float32 is not taken here: its decode kernels are in decode_stream.cu (tensor
-// cores would mean TF32). Measured numbers are in docs/perf-notes.md.
+// cores would mean TF32). Measured numbers are in docs/perf.md.
 #include <cooperative_groups.h>
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -37,95 +38,38 @@
 #include <type_traits>
 
 #include "backends.h"
+#include "cuda/common.h"
+#include "cuda/convert.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_facts.h"
 #include "cuda/kernel_args.h"
+#include "cuda/ptx.h"
+#include "cuda/tile_sizes.h"
+#include "heuristics.h"
 
 namespace latentkv::detail {
 namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kThreads = 256;              // 8 warps
+// The tile plan (tile_sizes.h, with the reasons), then the constants no shape depends on.
+constexpr int kThreads = tiles::kDecodeTcThreads;  // 8 warps
 constexpr int kWarps = kThreads / 32;
-constexpr int kMmaCols = 8;                // columns per MMA (its N); also a down item's width
-constexpr int kKStep = 16;                 // the MMA's K
-constexpr int kTokens = 16;                // the MMA's M: the limit on T
+constexpr int kMmaCols = tiles::kDecodeTcMmaCols;
+constexpr int kKStep = tiles::kDecodeTcKStep;
+constexpr int kTokens = tiles::kDecodeTcTokens;
+constexpr int kBoxRows = tiles::kDecodeTcBoxRows;
+constexpr int kUpRowAlign = tiles::kDecodeTcUpRowAlign;
+constexpr int kDownRowAlign = tiles::kDecodeTcDownRowAlign;
+constexpr int kNarrowUpCols = tiles::kDecodeTcNarrowUpCols;
+constexpr int kWideUpCols = tiles::kDecodeTcWideUpCols;
 constexpr int kRowPad = 8;                 // elements of padding per shared row of an A operand:
                                            // 8 consecutive rows land in 8 bank groups (ldmatrix)
-constexpr int kBoxRows = 64;               // rows per bulk tensor copy (one box)
-constexpr int kUpRowAlign = 4 * kKStep;    // up: R rounded to this, so each K half of a tile is a
-                                           // multiple of the 32 rows one ldmatrix.x4.trans covers
-constexpr int kDownRowAlign = kWarps * 2 * kKStep;  // down: a chunk's rows, 32 per warp step
 constexpr int kTargetDownItems = 128;      // down: (8-column tiles) x (chunks of D), about one per
                                            // SM of an H100/H200
 constexpr int kMaxChunks = 8;              // down: chunks of D at most (partials to sum per block)
 constexpr int kSumPad = 4;                 // floats of padding per row of a block's result
 constexpr int kMaxUpStages = 4;            // up: weight tiles in flight per block, at most
-constexpr int kNarrowUpCols = 32;          // up: tile widths (columns of w_up_k / w_up_v)
-constexpr int kWideUpCols = 64;
-constexpr int kWideTilesPerSm = 2;         // the wide tiles from this many tiles per SM on
-
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-template <typename E>
-__device__ __forceinline__ E from_float(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared without registers; zeros instead when !valid (nothing is read then).
-__device__ __forceinline__ void copy16_async(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
-               "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void wait_async_copies() {
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
-
-// Four 8x8 16-bit matrices from shared memory; lane l gives the address of row l % 8 of matrix
-// l / 8. The .trans form hands each thread a column pair instead of a row pair.
-__device__ __forceinline__ void load_matrices(uint32_t (&r)[4], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row)));
-}
-__device__ __forceinline__ void load_matrices_transposed(uint32_t (&r)[4], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row)));
-}
-
-// d[16 x 8] += a[16 x 16] @ b[16 x 8], float32 accumulation.
-template <typename E>
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1);
-template <>
-__device__ __forceinline__ void mma<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
-                                                   uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                            uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 template <typename E>
 struct Params : ActivationParams<E> {
@@ -143,52 +87,23 @@ struct Params : ActivationParams<E> {
   bool hidden_vectors;      // hidden rows may be copied 16 bytes at a time
 };
 
-// The weight tiles come through the bulk tensor copy engine (TMA) in 64-row boxes, completing on
-// a shared-memory mbarrier; rows and columns outside the matrix arrive as zeros.
-__device__ __forceinline__ void init_barrier(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(bar)));
-}
-__device__ __forceinline__ void publish_barrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void expect_bytes(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                   shared_address(bar)),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void wait_barrier(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(shared_address(bar)), "r"(parity)
-        : "memory");
-  }
-}
-
 // Rows [row0, row0 + rows) (a multiple of kBoxRows) x columns [col0, col0 + kCols) of the
-// matrix behind `map` (boxes of kBoxRows x kCols) into shared w [rows][kCols], dense; one thread
-// calls it.
+// matrix behind `map` (boxes of kBoxRows x kCols, through the bulk tensor copy engine: rows and
+// columns outside the matrix arrive as zeros) into shared w [rows][kCols], dense, completing on
+// the mbarrier `bar`; one thread calls it.
 template <int kCols, typename E>
 __device__ __forceinline__ void copy_weight_tile(E* w, const CUtensorMap* map, int row0, int rows,
                                                  int col0, uint64_t* bar) {
   expect_bytes(bar, static_cast<uint32_t>(rows * kCols * sizeof(E)));
   for (int r = 0; r < rows; r += kBoxRows) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
-        "{%2, %3}], [%4];\n" ::"r"(shared_address(w + r * kCols)),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(col0), "r"(row0 + r), "r"(shared_address(bar))
-        : "memory");
+    bulk_tensor_copy_2d(w + r * kCols, map, col0, row0 + r, bar);
   }
 }
 
 // Weight tiles [rows][kCols] sit in shared memory as the copy engine's swizzle leaves them (64-
 // or 128-byte mode for 32- or 64-column rows): 16-byte chunk c of row r is stored at chunk
 // c ^ f(r), so the 8 rows one ldmatrix phase reads fall in 8 different bank groups instead of all
-// in one (measured: the unswizzled tiles made the MMA loop shared-memory bound, 13 us of V3).
+// in one (unswizzled, the MMA loop was bound by shared-memory bank conflicts).
 template <int kCols>
 __device__ __forceinline__ int swizzled(int row, int col) {
   static_assert(kCols == 32 || kCols == 64, "64- or 128-byte rows");
@@ -451,8 +366,11 @@ __device__ __forceinline__ void gather_latent(const Params<E>& p, const Smem& pl
   }
 }
 
+// Compiled for sm_90 only (below it the body is empty: the row never launches it there).
 template <typename E, int kCols>
-__global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_constant__ Params<E> p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    kv_proj_decode_tc_sm90(const __grid_constant__ Params<E> p) {
+#if LATENTKV_SM90
   extern __shared__ __align__(1024) unsigned char smem[];  // swizzled tiles first
   static_assert(sizeof(E) == 2, "16-bit elements (the shared-memory plan counts in them)");
   const int chunks = p.down_items / p.down_col_tiles;
@@ -522,22 +440,21 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
     }
     __syncthreads();  // sum is rewritten by the next tile
   }
+#endif
 }
 
-int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
-int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
-
-int rank_rows(const Problem& p) { return static_cast<int>(round_up(p.rank, kUpRowAlign)); }
+int rank_rows(const Problem& p) { return static_cast<int>(round_up<int64_t>(p.rank, kUpRowAlign)); }
 DownPlan down_plan(const Problem& p) {
   DownPlan d;
   d.col_tiles = static_cast<int>(p.rank / kMmaCols);
   const int64_t want = std::clamp<int64_t>(kTargetDownItems / d.col_tiles, 1, kMaxChunks);
-  d.chunk_rows = static_cast<int>(round_up(ceil_div(p.model_dim, want), kDownRowAlign));
-  d.chunks = static_cast<int>(ceil_div(p.model_dim, d.chunk_rows));
+  d.chunk_rows =
+      static_cast<int>(round_up<int64_t>(ceil_div<int64_t>(p.model_dim, want), kDownRowAlign));
+  d.chunks = static_cast<int>(ceil_div<int64_t>(p.model_dim, d.chunk_rows));
   return d;
 }
 int up_tiles(const Problem& p, int cols) {
-  return static_cast<int>(2 * ceil_div(p.kv_width(), cols));
+  return static_cast<int>(2 * ceil_div<int64_t>(p.kv_width(), cols));
 }
 Smem smem_plan(const Problem& p, int cols, int stages) {
   const DownPlan down = down_plan(p);
@@ -547,29 +464,22 @@ Smem smem_plan(const Problem& p, int cols, int stages) {
 
 template <typename E>
 cudaError_t opt_in(int bytes) {
-  cudaError_t err = cudaFuncSetAttribute(decode_kernel<E, kNarrowUpCols>,
+  cudaError_t err = cudaFuncSetAttribute(kv_proj_decode_tc_sm90<E, kNarrowUpCols>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
-  return cudaFuncSetAttribute(decode_kernel<E, kWideUpCols>,
+  return cudaFuncSetAttribute(kv_proj_decode_tc_sm90<E, kWideUpCols>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
-// The per-device setup (device_facts.h): cooperative launches supported, every variant opted in
+// The per-device setup (prepared_device): cooperative launches supported, every variant opted in
 // to the device's shared-memory limit.
 struct DecodeKernels {
   static Status setup(const DeviceFacts& f) {
-    int device = 0, cooperative = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) {
-      err = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device);
-    }
     const int bytes = static_cast<int>(f.smem_optin);
-    if (err == cudaSuccess) err = opt_in<__nv_bfloat16>(bytes);
+    cudaError_t err = opt_in<__nv_bfloat16>(bytes);
     if (err == cudaSuccess) err = opt_in<__half>(bytes);
-    if (err != cudaSuccess) {
-      return cuda_status(err, "cuda-decode: device attributes and shared-memory opt-in");
-    }
-    if (cooperative == 0) {
+    if (err != cudaSuccess) return cuda_status(err, "cuda-decode: shared-memory opt-in");
+    if (!f.cooperative_launch) {
       return {StatusCode::kUnsupported,
               "cuda-decode: the device does not support cooperative launches"};
     }
@@ -579,10 +489,6 @@ struct DecodeKernels {
 
 // Hopper's opt-in limit, for the device-free size check (the launch checks the device's own).
 constexpr size_t kHopperSmemBytes = 227 * 1024;
-
-bool aligned(const void* ptr, int64_t bytes) {
-  return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0;
-}
 
 // cuTensorMapEncodeTiled, looked up once through the runtime (no link against the driver library).
 using TensorMapEncoder = PFN_cuTensorMapEncodeTiled_v12000;
@@ -644,7 +550,7 @@ Status launch(const Problem& p, const Args& a, Stream stream, const DeviceFacts&
   k.down_col_tiles = down.col_tiles;
   k.down_items = down.items();
   k.rank_rows = rank_rows(p);
-  k.hidden_vectors = aligned(a.hidden, 16) && a.hidden_stride_batch % 8 == 0 &&
+  k.hidden_vectors = is_aligned(a.hidden, 16) && a.hidden_stride_batch % 8 == 0 &&
                      a.hidden_stride_seq % 8 == 0 && p.model_dim % 8 == 0;
 
   TensorMapEncoder encode = nullptr;
@@ -682,7 +588,7 @@ Status launch(const Problem& p, const Args& a, Stream stream, const DeviceFacts&
   config.stream = stream;
   config.attrs = cooperative;
   config.numAttrs = 1;
-  const cudaError_t launched = cudaLaunchKernelEx(&config, decode_kernel<E, kUpCols>, k);
+  const cudaError_t launched = cudaLaunchKernelEx(&config, kv_proj_decode_tc_sm90<E, kUpCols>, k);
   if (launched == cudaErrorCooperativeLaunchTooLarge) {
     cudaGetLastError();  // not sticky, and nothing was enqueued: clear it for the caller
     return {StatusCode::kUnsupported,
@@ -691,18 +597,19 @@ Status launch(const Problem& p, const Args& a, Stream stream, const DeviceFacts&
                 "reports (an MPS active-thread limit, a green context, or other kernels' shared "
                 "memory)"};
   }
-  return cuda_status(launched, "cudaLaunchKernelEx(decode_kernel, cooperative)");
+  return cuda_status(launched, "cudaLaunchKernelEx(kv_proj_decode_tc_sm90, cooperative)");
 }
 
-// The up tiles' width: 64 columns (128-byte weight rows) once there are enough tiles for several
-// per SM (DeepSeek-V3: 512) and one fits beside the down step's share; 32 columns otherwise
-// (V2-Lite: 128 tiles, one per SM).
+// The up tiles' width (heuristics.h): 64 columns (128-byte weight rows) once there are enough
+// tiles for several per SM (DeepSeek-V3: 512) and one fits beside the down step's share; 32
+// columns otherwise (V2-Lite: 128 tiles, one per SM).
 template <typename E>
 Status launch_for_width(const Problem& p, const Args& a, Stream stream) {
   const DeviceFacts* facts = nullptr;
-  if (Status queried = current_device_facts<DecodeKernels>(&facts); !queried.ok()) return queried;
-  if (up_tiles(p, kWideUpCols) >= kWideTilesPerSm * facts->sm_count &&
-      smem_plan(p, kWideUpCols, 1).bytes() <= facts->smem_optin) {
+  if (Status queried = prepared_device<DecodeKernels>(&facts); !queried.ok()) return queried;
+  if (decode_tc_use_wide_tiles(up_tiles(p, kWideUpCols),
+                               smem_plan(p, kWideUpCols, 1).bytes() <= facts->smem_optin,
+                               facts->sm_count)) {
     return launch<E, kWideUpCols>(p, a, stream, *facts);
   }
   return launch<E, kNarrowUpCols>(p, a, stream, *facts);
@@ -716,7 +623,7 @@ Status refuse(const std::string& why) {
 
 // The down items' partial latents, [chunks][T][R] float32.
 int64_t cuda_decode_tc_workspace_size(const Problem& p) {
-  if (p.tokens() > kTokens || p.dtype == DType::kFloat32 || p.rank % kMmaCols != 0) return 0;
+  if (!cuda_decode_tc_fits(p).ok()) return 0;
   return static_cast<int64_t>(sizeof(float)) * down_plan(p).chunks * p.tokens() * p.rank;
 }
 
@@ -747,19 +654,6 @@ Status cuda_decode_tc_fits(const Problem& p) {
                   std::to_string(kHopperSmemBytes) + " available");
   }
   return Status::Ok();
-}
-
-// Measured on an H200, bf16, against cuda-gemm with K and V as one batched GEMM (docs/perf-notes.md,
-// 2026-11-29, session 5): DeepSeek-V2-Lite (6.3 MB of weights) 7.5 / 8.0 / 8.1 / 9.0 / 10.1 us for
-// T = 1 / 2 / 4 / 8 / 16 against 9.0-9.2; DeepSeek-V3 (41 MB) 18.9 / 19.8 / 20.7 / 26.0 / 35.7
-// against 17.1-17.9. The chain of one cooperative kernel (launch, w_down, grid barrier, gather, up
-// tiles) beats cuBLAS's two launches only while the weights are small and the A operand's
-// re-reads per up tile are few; so: weights <= 16 MB and T <= 8.
-bool cuda_decode_tc_preferred(const Problem& p) {
-  constexpr int64_t kSmallWeightBytes = int64_t{16} << 20;
-  constexpr int64_t kMaxPreferredTokens = 8;
-  if (!cuda_decode_tc_fits(p).ok()) return false;  // also bounds the sizes multiplied below
-  return weight_bytes(p) <= kSmallWeightBytes && p.tokens() <= kMaxPreferredTokens;
 }
 
 Status run_cuda_decode_tc(const Problem& p, const Args& a, Stream stream) {

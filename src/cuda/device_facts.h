@@ -1,8 +1,8 @@
-// Per-device facts the CUDA kernels' host code needs on every call (SM count, the opt-in shared-
-// memory limit), read once per device instead: run() is on the hot path and must not query the
-// driver each time. Each kernel family gets its own cache, and with it a setup step run once per
-// device (opting its kernels in to more than 48 KB of dynamic shared memory, checking a device
-// capability), whose failure every later call reports.
+// Per-device facts the CUDA strategies need on every call (SM count, compute capability, the
+// opt-in shared-memory limit, cooperative launch support), read once per device into one cache:
+// run() is on the hot path and must not query the driver each time. A kernel family that needs a
+// setup step once per device (opting its kernels in to more than 48 KB of dynamic shared memory)
+// gets it through prepared_device<Family>, whose failure every later call reports.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,33 +17,29 @@ namespace latentkv::detail {
 
 struct DeviceFacts {
   int sm_count = 0;
-  size_t smem_optin = 0;  // bytes of shared memory one block may opt in to (227 KB on Hopper)
-  Status status;          // the queries' and the family's setup's outcome
+  int major = 0, minor = 0;  // compute capability
+  size_t smem_optin = 0;     // bytes of shared memory one block may opt in to (227 KB on Hopper)
+  bool cooperative_launch = false;
+  Status status;  // the queries' outcome
 };
 
-// The current device's facts for kernel family Family, whose static Status setup(const
-// DeviceFacts&) runs once per device after the queries. The caches live as long as the process.
+// The current device's facts (device_facts.cu).
+Status current_device_facts(const DeviceFacts** out);
+
+// The current device's facts after Family's static Status setup(const DeviceFacts&) has run once
+// on it. The caches live as long as the process.
 template <typename Family>
-Status current_device_facts(const DeviceFacts** out) {
+Status prepared_device(const DeviceFacts** out) {
   static std::array<std::once_flag, kMaxTrackedDevices> once;
-  static std::array<DeviceFacts, kMaxTrackedDevices> facts;
+  static std::array<Status, kMaxTrackedDevices> setup;
+  if (Status s = current_device_facts(out); !s.ok()) return s;
   int device = 0;
   if (Status tracked = current_tracked_device(&device); !tracked.ok()) return tracked;
-  std::call_once(once[device], [device] {
+  std::call_once(once[device], [device, out] {
     const RelaxedCaptureScope relaxed;
-    DeviceFacts& f = facts[device];
-    int smem = 0;
-    cudaError_t err = cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount, device);
-    if (err == cudaSuccess) {
-      err = cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    }
-    f.smem_optin = static_cast<size_t>(smem);
-    f.status = cuda_status(err, "cudaDeviceGetAttribute(MultiProcessorCount, "
-                                "MaxSharedMemoryPerBlockOptin)");
-    if (f.status.ok()) f.status = Family::setup(f);
+    setup[device] = Family::setup(**out);
   });
-  *out = &facts[device];
-  return (*out)->status;
+  return setup[device];
 }
 
 }  // namespace latentkv::detail

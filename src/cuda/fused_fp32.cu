@@ -3,11 +3,12 @@
 // (and the latent, when asked) directly. FFMA with float32 accumulation: the error against float64
 // stays near 1e-7 (no TF32).
 //
-// Two tile configurations, one kernel template:
-// - kStreamConfig (few tokens, or weights too large for shared memory): 8 tokens per block, one
+// Two tile configurations (tile_sizes.h), one kernel template, kv_proj_fused_fp32 (any
+// architecture):
+// - kStreamConfig (few tokens, or weights too large for shared memory): 4 tokens per block, one
 //   block per tile, weights read straight from L2. At the founding size (T=384, D=256, R=48,
 //   N=128: 19 MFLOP, 0.9 MB) the time is launch latency plus memory round trips, so every thread
-//   has only a few weight loads (split-K over 512 threads) and issues them all before using any.
+//   has only a few weight loads (split-K over 256 threads) and issues them all before using any.
 // - kResidentConfig (many tokens, weights fit in shared memory): persistent blocks stage the
 //   weights in shared memory once and loop over 16-token tiles, so the weights cross L2 once per SM
 //   instead of once per tile, and each weight read from shared memory feeds 4-8 tokens.
@@ -19,9 +20,12 @@
 #include <string>
 
 #include "backends.h"
+#include "cuda/common.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_facts.h"
 #include "cuda/kernel_args.h"
+#include "cuda/tile_sizes.h"
+#include "heuristics.h"
 
 namespace latentkv::detail {
 namespace {
@@ -35,8 +39,8 @@ struct TileConfig {
   static constexpr int kThreads = kThreads_;
   static constexpr int kTokens = kTokens_;
   static constexpr bool kWeightsInSmem = kWeightsInSmem_;
-  // Down projection: 16 groups x 4 = 64 latent columns per pass.
-  static constexpr int kDownColGroups = 16;
+  // Down projection: kFusedDownCols / 4 groups of 4 latent columns per pass.
+  static constexpr int kDownColGroups = tiles::kFusedDownCols / tiles::kFusedVectorWidth;
   static constexpr int kDownCols = 4 * kDownColGroups;
   static constexpr int kDownTokenGroups = kDownTokenGroups_;
   static constexpr int kDownTokensPerThread = kTokens / kDownTokenGroups;
@@ -61,13 +65,15 @@ struct TileConfig {
                 "each projection must use every thread");
 };
 
-// 4 tokens, 256 threads: ~100 token tiles at the founding size, and the up projection's 128-column
-// passes can be spread over gridDim.y blocks; 16 slices of D and 8 of R give each thread <= 16
-// weight loads there, all in flight together.
-using kStreamConfig = TileConfig<4, 256, 1, 1, 32, false>;
-// 16 tokens, 512 threads: each weight value read from shared memory feeds 4 (down) or 8 (up)
-// tokens, enough to keep the FMA pipes ahead of the shared-memory port.
-using kResidentConfig = TileConfig<16, 512, 4, 2, 64, true>;
+// The up projection's 128-column passes can be spread over gridDim.y blocks (column_splits).
+using kStreamConfig = TileConfig<tiles::kFusedStreamTokens, tiles::kFusedStreamThreads, 1, 1,
+                                 tiles::kFusedStreamUpCols / 4, false>;
+using kResidentConfig = TileConfig<tiles::kFusedResidentTokens, tiles::kFusedResidentThreads, 4, 2,
+                                   tiles::kFusedResidentUpCols / 4, true>;
+static_assert(kStreamConfig::kUpCols == tiles::kFusedStreamUpCols &&
+                  kResidentConfig::kUpCols == tiles::kFusedResidentUpCols &&
+                  kStreamConfig::kDownCols == tiles::kFusedDownCols,
+              "the tile plan is the one tile_sizes.h describes");
 
 // Everything the kernel needs, shapes in comments, strides in elements.
 struct FusedParams : ActivationParams<float>, WeightParams<float> {
@@ -100,10 +106,6 @@ struct SharedPlan {
   }
   size_t bytes() const { return sizeof(float) * static_cast<size_t>(total); }
 };
-
-__device__ __forceinline__ int64_t hidden_row_offset(const FusedParams& p, int token) {
-  return (token / p.seq) * p.hidden_stride_batch + (token % p.seq) * p.hidden_stride_seq;
-}
 
 // Element j of the concatenated [w_up_k | w_up_v] row k (j < 2N).
 __device__ __forceinline__ float load_up(const FusedParams& p, int k, int j) {
@@ -198,7 +200,7 @@ __device__ void stage_weights(float* dst, int rows, int cols, const float* first
 
 template <typename Config>
 __global__ void __launch_bounds__(Config::kThreads, 1)
-    fused_kv_proj_fp32_kernel(const __grid_constant__ FusedParams p) {
+    kv_proj_fused_fp32(const __grid_constant__ FusedParams p) {
   constexpr int kTokens = Config::kTokens;
   extern __shared__ float4 smem_raw[];
   float* smem = reinterpret_cast<float*>(smem_raw);
@@ -226,7 +228,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         const int t = i / quads, k = 4 * (i % quads), token = token0 + t;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (token < p.tokens) {
-          v = __ldg(reinterpret_cast<const float4*>(p.hidden + hidden_row_offset(p, token) + k));
+          v = __ldg(reinterpret_cast<const float4*>(p.hidden + token_offset(token, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) + k));
         }
         hidden_t[(k + 0) * kTokens + t] = v.x;
         hidden_t[(k + 1) * kTokens + t] = v.y;
@@ -237,7 +239,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       for (int i = tid; i < kTokens * D; i += Config::kThreads) {
         const int t = i / D, k = i % D, token = token0 + t;
         hidden_t[k * kTokens + t] =
-            token < p.tokens ? __ldg(p.hidden + hidden_row_offset(p, token) + k) : 0.f;
+            token < p.tokens ? __ldg(p.hidden + token_offset(token, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) + k) : 0.f;
       }
     }
     __syncthreads();  // also orders the weight staging before first use
@@ -286,8 +288,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
           latent_t[(col0 + c) * kTokens + t] = sum;
           const int token = token0 + t;
           if (p.latent != nullptr && token < p.tokens && blockIdx.y == 0) {
-            p.latent[(token / p.seq) * p.latent_stride_batch +
-                     (token % p.seq) * p.latent_stride_seq + col0 + c] = sum;
+            p.latent[token_offset(token, p.seq, p.latent_stride_batch, p.latent_stride_seq) +
+                     col0 + c] = sum;
           }
         }
         __syncthreads();
@@ -342,8 +344,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
           const int kv = j >= N, n = j - kv * N;
           const int64_t head_offset =
               p.heads_packed ? n : (n / p.head_dim) * p.out_stride_head + n % p.head_dim;
-          p.out[kv * p.out_stride_kv + (token / p.seq) * p.out_stride_batch +
-                (token % p.seq) * p.out_stride_seq + head_offset] = sum;
+          p.out[kv * p.out_stride_kv +
+                token_offset(token, p.seq, p.out_stride_batch, p.out_stride_seq) + head_offset] =
+              sum;
         }
         __syncthreads();
       }
@@ -353,12 +356,12 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
 
 template <typename Config>
 Status allow_max_smem(int bytes) {
-  return cuda_status(cudaFuncSetAttribute(fused_kv_proj_fp32_kernel<Config>,
+  return cuda_status(cudaFuncSetAttribute(kv_proj_fused_fp32<Config>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-                     "cudaFuncSetAttribute(fused_kv_proj_fp32_kernel, MaxDynamicSharedMemorySize)");
+                     "cudaFuncSetAttribute(kv_proj_fused_fp32, MaxDynamicSharedMemorySize)");
 }
 
-// The per-device setup (device_facts.h): both configurations opted in to the device's limit.
+// The per-device setup (prepared_device): both configurations opted in to the device's limit.
 struct FusedKernels {
   static Status setup(const DeviceFacts& f) {
     const int bytes = static_cast<int>(f.smem_optin);
@@ -375,15 +378,14 @@ size_t smem_bytes(const Problem& p) {
       .bytes();
 }
 
-// Resident weights pay off once there are more 16-token tiles than SMs' worth of blocks can cover
-// with the weights re-read per tile from L2: then each SM reads them once instead of once per tile.
-// Below that, the streaming configuration spreads the latency-bound work over more SMs.
+// Resident weights (heuristics.h) where they fit; below the tile count it asks for, the streaming
+// configuration spreads the latency-bound work over more SMs.
 bool use_resident(const Problem& p, const DeviceFacts& f) {
-  const int64_t tiles = (p.tokens() + kResidentConfig::kTokens - 1) / kResidentConfig::kTokens;
-  return smem_bytes<kResidentConfig>(p) <= f.smem_optin && tiles >= 2 * f.sm_count;
+  return fused_use_resident(ceil_div<int64_t>(p.tokens(), kResidentConfig::kTokens),
+                            smem_bytes<kResidentConfig>(p) <= f.smem_optin, f.sm_count);
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+bool aligned16(const void* ptr) { return is_aligned(ptr, 16); }
 
 FusedParams make_params(const Problem& p, const Args& a, int tile_tokens) {
   FusedParams k;
@@ -392,7 +394,7 @@ FusedParams make_params(const Problem& p, const Args& a, int tile_tokens) {
   k.latent = static_cast<float*>(a.latent);
   k.latent_stride_batch = a.latent_stride_batch;
   k.latent_stride_seq = a.latent_stride_seq;
-  k.num_tiles = static_cast<int>((p.tokens() + tile_tokens - 1) / tile_tokens);
+  k.num_tiles = static_cast<int>(ceil_div<int64_t>(p.tokens(), tile_tokens));
   k.hidden_vec4 = aligned16(a.hidden) && p.model_dim % 4 == 0 && a.hidden_stride_seq % 4 == 0 &&
                   a.hidden_stride_batch % 4 == 0;
   k.w_down_vec4 = aligned16(a.w_down) && p.rank % 4 == 0 && a.w_down_stride_row % 4 == 0;
@@ -423,13 +425,13 @@ Status launch(const Problem& p, const Args& a, const DeviceFacts& f, Stream stre
   } else {
     grid = dim3(k.num_tiles, column_splits(p, k.num_tiles, Config::kUpCols, f.sm_count));
   }
-  fused_kv_proj_fp32_kernel<Config><<<grid, Config::kThreads, smem_bytes<Config>(p), stream>>>(k);
-  return cuda_status(cudaGetLastError(), "fused_kv_proj_fp32_kernel launch");
+  kv_proj_fused_fp32<Config><<<grid, Config::kThreads, smem_bytes<Config>(p), stream>>>(k);
+  return cuda_status(cudaGetLastError(), "kv_proj_fused_fp32 launch");
 }
 
 }  // namespace
 
-Status cuda_fused_supports(const Problem& p) {
+Status cuda_fused_fits(const Problem& p) {
   if (p.dtype != DType::kFloat32) {
     return {StatusCode::kUnsupported, std::string("problem.dtype = ") + to_string(p.dtype) +
                                           " is not supported by the cuda-fused strategy yet "
@@ -453,7 +455,7 @@ Status cuda_fused_supports(const Problem& p) {
     }
   }
   const DeviceFacts* f = nullptr;
-  if (Status s = current_device_facts<FusedKernels>(&f); !s.ok()) return s;
+  if (Status s = prepared_device<FusedKernels>(&f); !s.ok()) return s;
   const size_t need = smem_bytes<kStreamConfig>(p);
   if (need > f->smem_optin) {
     return {StatusCode::kUnsupported,
@@ -465,22 +467,9 @@ Status cuda_fused_supports(const Problem& p) {
   return Status::Ok();
 }
 
-// Measured on one H200 (2026-11-29, docs/perf-notes.md): at the founding dims the fused kernel
-// beats cuBLAS up to about 1400 tokens (T = 384 / 1024 / 2048 / 4096: 5.95 / 10.7 / 14.3 / 26.6 us
-// against 10.9 / 11.7 / 12.6 / 18.5), and larger weights move the crossover down (every token
-// tile re-reads them); with DeepSeek-sized weights cuBLAS wins at any token count (V2-Lite T=64:
-// 201 us vs 30). So: small weights and T <= 1024.
-bool cuda_fused_preferred(const Problem& p) {
-  constexpr int64_t kMaxWeightFloats = int64_t{64} << 10;
-  constexpr int64_t kMaxPreferredTokens = 1024;
-  const int64_t weight_floats = p.model_dim * p.rank + 2 * p.rank * p.kv_width();
-  return p.dtype == DType::kFloat32 && weight_floats <= kMaxWeightFloats &&
-         p.tokens() <= kMaxPreferredTokens;
-}
-
 Status run_cuda_fused(const Problem& p, const Args& a, Stream stream) {
   const DeviceFacts* f = nullptr;
-  if (Status s = current_device_facts<FusedKernels>(&f); !s.ok()) return s;
+  if (Status s = prepared_device<FusedKernels>(&f); !s.ok()) return s;
   if (use_resident(p, *f)) return launch<kResidentConfig>(p, a, *f, stream);
   return launch<kStreamConfig>(p, a, *f, stream);
 }

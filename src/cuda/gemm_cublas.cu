@@ -26,6 +26,7 @@
 
 #include "backends.h"
 #include "cuda/cuda_check.h"
+#include "heuristics.h"
 
 namespace latentkv::detail {
 namespace {
@@ -52,10 +53,8 @@ Status cublas_status(cublasStatus_t s, const char* what) {
 }
 
 // A cuBLASLt plan: the matmul descriptor, the three layouts and the algorithm of one GEMM shape
-// (dims, strides, pointer alignments), chosen once by the heuristic and reused. cublasGemmEx
-// redoes that host work on every call; with the plans, calls back to back from C++ on the H200
-// host went from 30.8 to 25.3 us (DeepSeek-V3 T=1) and 29.6 to 26.5 us (T=128), GPU time the
-// same (docs/perf-notes.md).
+// (dims, strides, pointer alignments), chosen once by the heuristic and reused: cublasGemmEx
+// redoes that host work on every call (the host time per call is in docs/perf.md).
 using PlanKey = std::array<int64_t, 15>;
 
 struct GemmPlan {
@@ -369,15 +368,12 @@ Status run_cuda_gemm(const Problem& p, const Args& a, Stream stream) {
   const bool up_folds = latent_folds && folds(p, a.out_stride_batch, a.out_stride_seq);
   const UpProjection up{p, a, latent, up_folds};
   char* out = static_cast<char*>(a.out);
-  // out[0] = latent @ w_up_k and out[1] = latent @ w_up_v. For bf16/fp16 with packed heads, as one
-  // GEMM batched over {w_up_k, w_up_v} where the rows fold and w_up_v sits a whole number of
-  // elements after w_up_k with the same row stride: one launch instead of two, the up projection's
-  // CTAs fill the GPU together (measured on an H200, docs/perf-notes.md: 2.5-3 us less at every
-  // DeepSeek size from T = 1 to 8192). float32 keeps two GEMMs: there cuBLAS's batched FFMA
-  // kernels were faster at some sizes and slower at others (V2-Lite T = 2: 26.8 against 21.6 us).
+  // out[0] = latent @ w_up_k and out[1] = latent @ w_up_v: as one GEMM batched over {w_up_k,
+  // w_up_v} where the dtype is worth it (heuristics.h), the heads are packed, the rows fold and
+  // w_up_v sits a whole number of elements after w_up_k with the same row stride.
   const int64_t kv_gap =
       static_cast<const char*>(a.w_up_v) - static_cast<const char*>(a.w_up_k);
-  if (p.dtype != DType::kFloat32 && up.heads_packed() && up.rows_fold && kv_gap > 0 &&
+  if (gemm_batches_k_and_v(p.dtype) && up.heads_packed() && up.rows_fold && kv_gap > 0 &&
       kv_gap % eb == 0 && a.w_up_k_stride_row == a.w_up_v_stride_row && a.out_stride_kv > 0) {
     return gemm(ctx, p.dtype, 2, p.tokens(), p.kv_width(), p.rank,
                 {latent.data, latent.ld, 0}, {a.w_up_k, a.w_up_k_stride_row, kv_gap / eb}, out,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/common.h"
 #include "latentkv/latentkv.h"
 
 namespace latentkv::detail {
@@ -55,12 +56,6 @@ void copy_weight_args(const Args& a, WeightParams<T>& k) {
   k.w_up_v = static_cast<const T*>(a.w_up_v);
   k.w_up_k_stride = a.w_up_k_stride_row;
   k.w_up_v_stride = a.w_up_v_stride_row;
-}
-
-// Element offset of token t = b * S + s in a [B, S, ...] tensor with these strides.
-__host__ __device__ __forceinline__ int64_t token_offset(int token, int seq, int64_t stride_batch,
-                                                         int64_t stride_seq) {
-  return (token / seq) * stride_batch + (token % seq) * stride_seq;
 }
 
 }  // namespace latentkv::detail

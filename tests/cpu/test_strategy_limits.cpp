@@ -1,25 +1,39 @@
-// The CUDA strategies' limits and preferences as the dispatcher sees them (src/backends.h): which
-// problems each decode family takes, what it refuses and with which message, how much workspace
-// it asks for, and where kAuto prefers it. All of this is host logic that asks no device, so it
-// runs here, without a GPU; the GPU suite runs the kernels on the same shapes.
+// The CUDA strategies' limits and preferences as the strategy table sees them (src/backends.h,
+// src/heuristics.h, src/strategies.cpp): which problems each decode family takes, what it refuses
+// and with which message, how much workspace its row asks for, where it was measured faster than
+// cuda-gemm, and that at most one row is preferred for a problem. All of this is host logic that
+// asks no device, so it runs here, without a GPU; the GPU suite runs the kernels on the same
+// shapes.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backends.h"
+#include "heuristics.h"
 #include "testing.h"
 
 namespace latentkv::testing {
 namespace {
 
-using detail::cuda_fused_preferred;
+using detail::cuda_decode_args;
 using detail::cuda_decode_fp32_fits;
-using detail::cuda_decode_fp32_preferred;
-using detail::cuda_decode_supports;
 using detail::cuda_decode_tc_fits;
-using detail::cuda_decode_tc_preferred;
-using detail::cuda_decode_workspace_size;
+// The measured regions (heuristics.h); the rows' preferences resolve their overlap.
+bool cuda_fused_preferred(const Problem& p) { return detail::cuda_fused_faster(p); }
+bool cuda_decode_fp32_preferred(const Problem& p) { return detail::cuda_decode_fp32_faster(p); }
+bool cuda_decode_tc_preferred(const Problem& p) { return detail::cuda_decode_tc_faster(p); }
+
+// The workspace the cuda-decode row of p.dtype asks for (the table's choice of row).
+int64_t cuda_decode_workspace_size(const Problem& p) {
+  return detail::table_workspace(detail::projection_strategies(), p, Backend::kCuda,
+                                 Strategy::kCudaDecode, false);
+}
+// What both decode rows ask of the arguments, with the workspace of p.dtype's row.
+Status cuda_decode_supports(const Problem& p, const Args& a) {
+  return cuda_decode_args(p, a, cuda_decode_workspace_size(p));
+}
 
 Problem in_dtype(Problem p, DType dtype) {
   p.dtype = dtype;
@@ -131,6 +145,63 @@ TEST(DecodeArguments, RefusedWithTheArgumentNamed) {
   no_workspace.workspace = nullptr;
   expect_refused(cuda_decode_supports(p, no_workspace), StatusCode::kInvalidArgument,
                  "args.workspace_bytes");
+}
+
+// The table's two cuda-decode rows share one Strategy id and split the dtypes between them.
+TEST(StrategyTable, OneRowPerStrategyAndDtypeFamily) {
+  const auto& table = detail::projection_strategies();
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (Strategy id : {Strategy::kCpuBlocked, Strategy::kCudaFused, Strategy::kCudaGemm,
+                        Strategy::kCudaDecode}) {
+      int rows = 0;
+      for (const auto& row : table) rows += row.id == id && (row.dtypes & detail::dtype_bit(dtype));
+      const bool expected = dtype == DType::kFloat32 || id == Strategy::kCudaGemm ||
+                            id == Strategy::kCudaDecode;
+      EXPECT_EQ(rows, expected ? 1 : 0) << to_string(id) << " " << to_string(dtype);
+    }
+  }
+  // The fallback order: cpu-blocked, then cuda-gemm, cuda-fused, cuda-decode.
+  ASSERT_GE(table.size, 4);
+  EXPECT_EQ(table.rows[0].id, Strategy::kCpuBlocked);
+  EXPECT_EQ(table.rows[1].id, Strategy::kCudaGemm);
+  EXPECT_EQ(table.rows[2].id, Strategy::kCudaFused);
+  EXPECT_EQ(table.rows[3].id, Strategy::kCudaDecode);
+}
+
+// Without a device, cuda-fused's shared-memory check fails and it is never preferred; the
+// preferences of the other rows still come from the problem alone. At most one CUDA row is
+// preferred for each of these shapes, and cuda-gemm exactly where no other is.
+TEST(StrategyTable, AtMostOneRowPreferred) {
+  std::vector<Problem> shapes = {kV2Lite, kV3, shape(1, 4, 256, 48, 4, 32),
+                                 shape(1, 2, 7168, 512, 128, 128), shape(4, 96, 256, 48, 4, 32)};
+  for (const Problem& p : edge_shapes()) shapes.push_back(p);
+  for (Problem p : shapes) {
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      p.dtype = dtype;
+      int preferred = 0;
+      for (const auto& row : detail::projection_strategies()) {
+        if (row.backend == Backend::kCuda && (row.dtypes & detail::dtype_bit(dtype))) {
+          preferred += row.preferred(p);
+        }
+      }
+      EXPECT_EQ(preferred, 1) << p.to_string();
+    }
+  }
+}
+
+// The rows' preferences in the order heuristics.h gives them: cuda-fused over float32
+// cuda-decode where both won, cuda-gemm for everything the others do not take.
+TEST(StrategyTable, PreferencesFollowTheMeasuredRegions) {
+  const Problem one_token = shape(1, 1, 256, 48, 4, 32);  // both cuda-fused and decode won here
+  EXPECT_TRUE(detail::cuda_fused_faster(one_token));
+  EXPECT_TRUE(detail::cuda_decode_fp32_faster(one_token));
+  EXPECT_EQ(detail::cuda_decode_fp32_preferred(one_token), !detail::cuda_fused_preferred(one_token));
+  EXPECT_TRUE(detail::cuda_decode_fp32_preferred(kV3));
+  EXPECT_FALSE(detail::cuda_gemm_preferred(kV3));
+  EXPECT_TRUE(detail::cuda_gemm_preferred(shape(1, 2, 7168, 512, 128, 128)));
+  const Problem v3_bf16 = in_dtype(kV3, DType::kBFloat16);
+  EXPECT_TRUE(detail::cuda_gemm_preferred(v3_bf16));
+  EXPECT_TRUE(detail::cuda_decode_tc_preferred(in_dtype(kV2Lite, DType::kBFloat16)));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Every refusal of check()/run(): the right StatusCode, a message naming the argument, and no byte
 // of any buffer changed (outputs hold a sentinel pattern before the call). The calls go through the
-// CPU backend, but the validation is the API layer's, shared by every backend.
+// CPU backend, but the validation is the API layer's, shared by every backend. Also what is not
+// refused: a zero dimension, whose result is the unfused math's (empty, or empty sums: zeros).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -112,21 +113,105 @@ TEST_F(Refusals, NullLatentIsAllowed) {
   EXPECT_TRUE(run(p, b, cpu).ok());
 }
 
-TEST_F(Refusals, ZeroAndNegativeDimensions) {
-  const struct {
-    int64_t Problem::*field;
-    const char* name;
-  } dims[] = {{&Problem::batch, "problem.batch"},         {&Problem::seq, "problem.seq"},
-              {&Problem::model_dim, "problem.model_dim"}, {&Problem::rank, "problem.rank"},
-              {&Problem::heads, "problem.heads"},         {&Problem::head_dim, "problem.head_dim"}};
-  for (const auto& d : dims) {
-    for (int64_t value : {int64_t{0}, int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
+struct DimField {
+  int64_t Problem::*field;
+  const char* name;
+};
+constexpr DimField kDims[] = {
+    {&Problem::batch, "problem.batch"},         {&Problem::seq, "problem.seq"},
+    {&Problem::model_dim, "problem.model_dim"}, {&Problem::rank, "problem.rank"},
+    {&Problem::heads, "problem.heads"},         {&Problem::head_dim, "problem.head_dim"}};
+
+// Zero is a valid extent (ZeroSize below); negative ones are refused.
+TEST_F(Refusals, NegativeDimensions) {
+  for (const auto& d : kDims) {
+    for (int64_t value : {int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
       SCOPED_TRACE(std::string(d.name) + " = " + std::to_string(value));
       Problem q = p;
       q.*d.field = value;
       expect_invalid(q, a, d.name);
     }
   }
+}
+
+// A tensor with elements may not be null in a problem with a zero dimension either.
+TEST_F(Refusals, NullTensorWithElementsInAZeroSizeProblem) {
+  Problem q = p;
+  q.rank = 0;  // the weights are empty; hidden and out are not
+  Args b = contiguous_args(q, hidden.data(), nullptr, nullptr, nullptr, outputs.data());
+  EXPECT_TRUE(run(q, b, cpu).ok());
+  b.hidden = nullptr;
+  expect_invalid(q, b, "args.hidden is null");
+  b.hidden = hidden.data();
+  b.out = nullptr;
+  expect_invalid(q, b, "args.out is null");
+}
+
+const float* data_or_null(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+float* data_or_null(std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+
+// A problem with a zero dimension runs and writes what the unfused matmuls give: nothing where T
+// is 0; out zeros where R or D is 0 (empty sums), the latent zeros where D is 0 and hidden @ w_down
+// where only N is 0. Empty tensors are null; outputs start as NaN.
+TEST(ZeroSize, EveryDimensionMayBeZero) {
+  const Problem base = shape(2, 3, 5, 4, 2, 3);
+  Options cpu;
+  cpu.backend = Backend::kCpu;
+  for (const auto& d : kDims) {
+    for (bool with_latent : {false, true}) {
+      SCOPED_TRACE(std::string(d.name) + " = 0" + (with_latent ? ", with latent" : ""));
+      Problem q = base;
+      q.*d.field = 0;
+      const HostInputs in = random_inputs(q, 11);
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::vector<float> out(static_cast<size_t>(2 * q.tokens() * q.kv_width()), nan);
+      std::vector<float> latent(with_latent ? static_cast<size_t>(q.tokens() * q.rank) : 0, nan);
+      const Args a = contiguous_args(q, data_or_null(in.hidden), data_or_null(in.w_down),
+                                     data_or_null(in.w_up_k), data_or_null(in.w_up_v),
+                                     data_or_null(out), data_or_null(latent));
+      EXPECT_TRUE(check(q, a, cpu).ok()) << check(q, a, cpu).message();
+      Strategy chosen = Strategy::kCpuBlocked;
+      ASSERT_TRUE(select_strategy(q, a, cpu, &chosen).ok());
+      EXPECT_EQ(chosen, Strategy::kAuto) << "no strategy runs a zero-size problem";
+      EXPECT_EQ(workspace_size(q, cpu, with_latent), 0);
+      Options cuda;
+      cuda.backend = Backend::kCuda;
+      EXPECT_EQ(workspace_size(q, cuda, with_latent), 0);
+      const Status ran = run(q, a, cpu);
+      ASSERT_TRUE(ran.ok()) << ran.message();
+
+      std::vector<double> ref_out, ref_latent;
+      reference_kv_proj(q, in, &ref_out, &ref_latent);
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_EQ(out[i], 0.f) << "out[" << i << "]: an empty sum is 0";
+      }
+      if (with_latent && !latent.empty()) {
+        if (q.model_dim == 0) {
+          for (float v : latent) ASSERT_EQ(v, 0.f);
+        } else {
+          EXPECT_LE(relative_error(latent.data(), ref_latent), kFloat32Tolerance);
+        }
+      }
+    }
+  }
+}
+
+// A forced strategy must still be one of this backend and dtype; kAuto and cpu-blocked run.
+TEST(ZeroSize, ForcedStrategiesAreCheckedByName) {
+  Problem q = shape(0, 3, 5, 4, 2, 3);
+  std::vector<float> w(68);  // w_down [5, 4], w_up_k and w_up_v [4, 6]
+  const Args a = contiguous_args(q, nullptr, w.data(), w.data() + 20, w.data() + 44, nullptr);
+  Options o;
+  o.backend = Backend::kCpu;
+  o.strategy = Strategy::kCpuBlocked;
+  EXPECT_TRUE(run(q, a, o).ok());
+  o.strategy = Strategy::kCudaDecode;
+  const Status s = check(q, a, o);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("options.strategy = cuda-decode"), std::string::npos) << s.message();
+  o.strategy = Strategy::kAuto;
+  q.dtype = DType::kBFloat16;
+  EXPECT_EQ(check(q, a, o).code(), StatusCode::kUnsupported);
 }
 
 TEST_F(Refusals, HeadsTimesHeadDimWiderThanTheWeights) {

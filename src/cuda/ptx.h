@@ -1,0 +1,167 @@
+// The PTX instructions latentkv's kernels use, one wrapper each, grouped by the architecture they
+// need. An instruction newer than the architecture being compiled compiles to a trap-free
+// stand-in (nothing, or a wait that returns at once): such code never runs there, because the
+// strategy's row refuses a device below the instruction's compute capability (strategies.cpp).
+//   sm_80: cp.async (16 bytes, zero-fill), ldmatrix, mma.sync m16n8k16 (bf16/fp16, f32 accumulate)
+//   sm_90: mbarrier with transaction counts, cp.async.bulk.tensor (TMA), programmatic dependent
+//          launch (PDL)
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define LATENTKV_SM80 1
+#else
+#define LATENTKV_SM80 0
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define LATENTKV_SM90 1
+#else
+#define LATENTKV_SM90 0
+#endif
+
+namespace latentkv::detail {
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// One 16-byte vector through the non-coherent path (data read once: weights).
+__device__ __forceinline__ uint4 load_vector(const void* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+// ---- sm_80 ----
+
+// 16 bytes global -> shared without registers; zeros instead when !valid (nothing is read then).
+__device__ __forceinline__ void copy16_async(void* dst, const void* src, bool valid) {
+#if LATENTKV_SM80
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
+               "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void wait_async_copies() {
+#if LATENTKV_SM80
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// Four 8x8 16-bit matrices from shared memory; lane l gives the address of row l % 8 of matrix
+// l / 8. The .trans form hands each thread a column pair instead of a row pair.
+__device__ __forceinline__ void load_matrices(uint32_t (&r)[4], const void* row) {
+#if LATENTKV_SM80
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+#else
+  r[0] = r[1] = r[2] = r[3] = 0;
+#endif
+}
+__device__ __forceinline__ void load_matrices_transposed(uint32_t (&r)[4], const void* row) {
+#if LATENTKV_SM80
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+#else
+  r[0] = r[1] = r[2] = r[3] = 0;
+#endif
+}
+
+// d[16 x 8] += a[16 x 16] @ b[16 x 8], float32 accumulation.
+template <typename E>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1);
+template <>
+__device__ __forceinline__ void mma<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
+                                                   uint32_t b0, uint32_t b1) {
+#if LATENTKV_SM80
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+template <>
+__device__ __forceinline__ void mma<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                            uint32_t b1) {
+#if LATENTKV_SM80
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// ---- sm_90 ----
+
+// A shared-memory mbarrier with one arrival per phase, completed by the copy engine's bytes.
+__device__ __forceinline__ void init_barrier(uint64_t* bar) {
+#if LATENTKV_SM90
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(bar)));
+#endif
+}
+// Makes the barriers' initialization visible to the copy engine.
+__device__ __forceinline__ void publish_barrier_init() {
+#if LATENTKV_SM90
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+// Arrives on the barrier, expecting `bytes` more from bulk copies in this phase.
+__device__ __forceinline__ void expect_bytes(uint64_t* bar, uint32_t bytes) {
+#if LATENTKV_SM90
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                   shared_address(bar)),
+               "r"(bytes)
+               : "memory");
+#endif
+}
+// Waits until the barrier's phase `parity` has completed.
+__device__ __forceinline__ void wait_barrier(uint64_t* bar, uint32_t parity) {
+#if LATENTKV_SM90
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(shared_address(bar)), "r"(parity)
+        : "memory");
+  }
+#endif
+}
+// One box of a 2D tensor map, at element coordinates (col, row), into shared memory; completes
+// on `bar` (complete_tx).
+__device__ __forceinline__ void bulk_tensor_copy_2d(void* dst, const void* map, int col, int row,
+                                                    uint64_t* bar) {
+#if LATENTKV_SM90
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%2, %3}], [%4];\n" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(shared_address(bar))
+      : "memory");
+#endif
+}
+
+// Programmatic dependent launch, from inside a kernel: let the next kernel in the stream start
+// launching; wait until the previous one has finished and its memory is visible. Both matter only
+// when the kernel after is launched with cudaLaunchAttributeProgrammaticStreamSerialization;
+// below sm_90 stream order alone holds.
+__device__ __forceinline__ void allow_dependents() {
+#if LATENTKV_SM90
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_stage() {
+#if LATENTKV_SM90
+  cudaGridDependencySynchronize();
+#endif
+}
+
+}  // namespace latentkv::detail

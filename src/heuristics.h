@@ -1,0 +1,79 @@
+// Every threshold latentkv chooses by: which strategy kAuto prefers for a problem (one
+// *_preferred function per row of the strategy table, at most one of them true for a problem on
+// a backend) and which variant a kernel family's launcher runs. Each number has its reason in
+// one line; the measurements behind them (device, date, times) are in docs/perf.md.
+//
+// The *_faster functions are the measured regions, where a strategy beat cuda-gemm; they overlap
+// (cuda-fused and float32 cuda-decode both win at one token with small weights), and the
+// *_preferred functions resolve that in one fixed order: cuda-fused, then cuda-decode, then
+// cuda-gemm for everything else.
+#pragma once
+
+#include <cstdint>
+
+#include "latentkv/latentkv.h"
+
+namespace latentkv::detail {
+
+// Bytes of w_down, w_up_k and w_up_v together: what a call streams from memory at least once.
+inline int64_t weight_bytes(const Problem& p) {
+  return (p.model_dim * p.rank + 2 * p.rank * p.kv_width()) * element_size(p.dtype);
+}
+
+// ---- cuda-fused against cuda-gemm ----
+// Every token tile re-reads the weights from L2, so past 64K floats (256 KB) cuBLAS wins.
+constexpr int64_t kFusedMaxWeightFloats = int64_t{64} << 10;
+// At the founding dims the crossover with cuBLAS lies near 1400 tokens; 1024 keeps a margin.
+constexpr int64_t kFusedMaxTokens = 1024;
+
+// ---- cuda-decode against cuda-gemm ----
+// The decode kernels are instruction-bound, so their edge over cuBLAS shrinks with the weights.
+constexpr int64_t kDecodeSmallWeightBytes = int64_t{16} << 20;
+// float32 (FFMA): one token wins at any weight size; up to 4 tokens with small weights.
+constexpr int64_t kDecodeFp32AnyWeightTokens = 1;
+constexpr int64_t kDecodeFp32MaxTokens = 4;
+// bf16/fp16 (one cooperative tensor-core kernel): its chain beats cuBLAS's launches up to 8
+// tokens of small weights (the A operand's re-reads per up tile grow with T).
+constexpr int64_t kDecodeTcMaxTokens = 8;
+
+// ---- launchers' variants ----
+// cuda-fused stages the weights in shared memory (resident configuration) once there are this
+// many 16-token tiles per SM: each SM then reads them once instead of once per tile.
+constexpr int kFusedResidentMinTilesPerSm = 2;
+// cuda-decode bf16/fp16 takes 64-column up tiles (128-byte rows) once there are this many of
+// them per SM; below that 32-column tiles spread the stream over more SMs.
+constexpr int kDecodeTcWideMinTilesPerSm = 2;
+// cpu-blocked: below ~200k FMAs per thread, waking a worker costs more than it saves.
+constexpr double kCpuFmasPerThread = 2e5;
+
+// The measured regions (problem only, no device query).
+bool cuda_fused_faster(const Problem& p);
+bool cuda_decode_fp32_faster(const Problem& p);  // also false where the kernels do not fit
+bool cuda_decode_tc_faster(const Problem& p);    // also false where the kernel does not fit
+
+// The rows' preferences: at most one true per problem on a backend. cuda_fused_preferred asks
+// the device's shared-memory limit (cuda_fused_fits), cached per device.
+inline bool cpu_blocked_preferred(const Problem&) { return true; }
+bool cuda_fused_preferred(const Problem& p);
+bool cuda_decode_fp32_preferred(const Problem& p);
+bool cuda_decode_tc_preferred(const Problem& p);
+bool cuda_gemm_preferred(const Problem& p);
+
+// cuda-fused: the resident configuration (weights in shared memory) for this many token tiles.
+inline bool fused_use_resident(int64_t tiles, bool weights_fit, int sm_count) {
+  return weights_fit && tiles >= int64_t{kFusedResidentMinTilesPerSm} * sm_count;
+}
+// cuda-decode bf16/fp16: 64-column up tiles for this many of them.
+inline bool decode_tc_use_wide_tiles(int64_t wide_tiles, bool wide_fits, int sm_count) {
+  return wide_fits && wide_tiles >= int64_t{kDecodeTcWideMinTilesPerSm} * sm_count;
+}
+// cuda-decode float32: tokens per pass, T itself for one or two (a 4-token pass for one token
+// cost twice the time: the kernels are instruction-bound), else 4 (registers for two stages on
+// one SM).
+inline int decode_fp32_token_group(int64_t tokens) { return tokens <= 2 ? static_cast<int>(tokens) : 4; }
+// cuda-gemm: K and V as one GEMM batched over {w_up_k, w_up_v} in bf16/fp16 (the up projection's
+// CTAs fill the GPU together); float32 keeps two GEMMs (cuBLAS's batched FFMA kernels were
+// slower at some sizes).
+inline bool gemm_batches_k_and_v(DType dtype) { return dtype != DType::kFloat32; }
+
+}  // namespace latentkv::detail

@@ -7,12 +7,9 @@ and latentkv.torch.LatentKVProjection. Two numbers per variant:
         whichever is larger), synchronized once at the end of the loop;
   gpu:  per call inside a CUDA graph of many calls, replayed (GPU time alone, no launch overhead).
 It also prints the layers of latentkv's own per-call cost, each back to back: the binding's no-op
-call, the binding call that runs, the Python kernel without dispatch, the op registered from Python,
-the op registered in C++ (latentkv/_torch_ops.so), latentkv.torch.kv_proj and the module; and closes
-with a compact table. Only one registration of torch.ops.latentkv can live in a process, so the
-Python-registered op is timed as a copy under the namespace latentkv_bench when the C++ one is
-active (the same Python kernels, so the same dispatch cost); LATENTKV_TORCH_OPS=python runs the
-whole benchmark on the Python registration (the C++ column is then empty).
+call, the binding call that runs (on a preallocated output and workspace: the baseline), the op
+(torch.ops.latentkv.kv_proj.default), latentkv.torch.kv_proj and the module; and closes with a
+compact table and the module-against-binding ratio (at most 1.5 for the founding case).
 Without a GPU it runs on the CPU backend (wall time only), as a smoke test.
 
     python python/bench/bench_torch.py [--cases founding,deepseek-v3] [--dtypes fp32,bf16]
@@ -44,23 +41,8 @@ CASES = {**_TEST_CASES, "host": (1, 1, 64, 16, 1, 16)}
 # Issue 4's targets for the founding case, fp32, per call from Python.
 TARGET_CALL_US = 10.0
 TARGET_BINDING_US = 5.0
-# What registering the op may add over the bare binding (the reason for the C++ registration).
-TARGET_OP_OVERHEAD_US = 5.0
-_bench_lib = None  # keeps the latentkv_bench registration alive
-
-
-def python_registered_op():
-    """torch.ops.latentkv.kv_proj as registered from Python: the real one when that registration is
-    active, else the same definition and kernels under the namespace latentkv_bench."""
-    if lt.OPS_BACKEND == "python":
-        return torch.ops.latentkv.kv_proj.default
-    global _bench_lib
-    _bench_lib = torch.library.Library("latentkv_bench", "DEF")
-    _bench_lib.define(
-        "kv_proj(Tensor hidden, Tensor w_down, Tensor w_up_k, Tensor w_up_v, int num_heads) -> Tensor")
-    for key in ("CPU", "CUDA"):
-        _bench_lib.impl("kv_proj", lt._kv_proj_kernel, key)
-    return torch.ops.latentkv_bench.kv_proj.default
+# Issue 14: the module call, back to back, against the bare binding's call on a preallocated output.
+TARGET_MODULE_OVER_BINDING = 1.5
 
 
 def wall_us(fn, iters, repeats, sync):
@@ -144,7 +126,7 @@ def supported(fn):
         return str(e)
 
 
-def bench_case(name, dtype_name, args, device, op_python, op_cpp):
+def bench_case(name, dtype_name, args, device):
     b, s, d, r, h, dh = CASES[name]
     dtype = DTYPES[dtype_name]
     cuda = device.type == "cuda"
@@ -188,31 +170,21 @@ def bench_case(name, dtype_name, args, device, op_python, op_cpp):
     # latentkv's own layers, each timed back to back.
     w_down, w_up_k, w_up_v = (p.detach() for p in ours.parameters())
     out = torch.empty(2, b, s, h, dh, device=device, dtype=dtype)
-    # The binding runs nothing and returns -n when the strategy it picks needs n bytes of
-    # workspace (the decode kernels, cuBLAS's latent): give it that, as the op and module do.
-    needed = _C.kv_proj(x, w_down, w_up_k, w_up_v, out)
-    workspace = torch.empty(-needed, device=device, dtype=torch.uint8) if needed < 0 else None
-    if workspace is not None:
-        assert _C.kv_proj(x, w_down, w_up_k, w_up_v, out, workspace=workspace) == 1
+    # The workspace the strategy latentkv prefers wants (the decode kernels', cuBLAS's latent), as
+    # the op allocates it: the binding gets the same, preallocated.
+    wanted = _C.workspace_size(x, w_down, w_up_k, w_up_v, out)
+    workspace = torch.empty(wanted, device=device, dtype=torch.uint8) if wanted else None
+    op = torch.ops.latentkv.kv_proj.default
     layers = {
         "noop_binding": lambda: _C._noop(x, w_down, w_up_k, w_up_v, out, workspace=workspace),
         "binding_run": lambda: _C.kv_proj(x, w_down, w_up_k, w_up_v, out, workspace=workspace),
-        "py_kernel": lambda: lt._kv_proj_kernel(x, w_down, w_up_k, w_up_v, h),
-        "op_python": lambda: op_python(x, w_down, w_up_k, w_up_v, h),
-        "op_cpp": lambda: op_cpp(x, w_down, w_up_k, w_up_v, h),
-        "allocating": lambda: _C.kv_proj_allocating(x, w_down, w_up_k, w_up_v, h),
-        "eager": lambda: lt._kv_proj_eager(x, w_down, w_up_k, w_up_v, h),
+        "op": lambda: op(x, w_down, w_up_k, w_up_v, h),
         "torch_op": lambda: lt.kv_proj(x, w_down, w_up_k, w_up_v, h),
         "module": lambda: ours(x),
     }
-    if op_cpp is None:
-        del layers["op_cpp"]
-    if lt._kv_proj_allocating is None:
-        del layers["allocating"]
-    if lt._kv_proj_eager is None:
-        del layers["eager"]
-    for key, fn in layers.items():
-        row[f"layer_{key}_us"] = wall_us(fn, iters, args.repeats, sync)
+    walls = interleaved_wall_us(layers, iters, args.repeats, sync)
+    for key in layers:
+        row[f"layer_{key}_us"] = walls[key][0]
     return row
 
 
@@ -248,26 +220,21 @@ def print_table(rows, device):
             f"{r['rel_error_latentkv']:9.1e}"
         )
     print()
-    print("latentkv per-call layers, back to back from Python, us (noop: the binding parsing and "
-          "checking, no run; binding: _C.kv_proj on a preallocated output and workspace; py-kern: "
-          "the Python op kernel called directly (allocation, shape checks, binding); op-py / op-c++: "
-          "torch.ops.latentkv.kv_proj registered from Python / in C++; alloc: "
-          "_C.kv_proj_allocating, the binding allocating through torch's DLPack allocator; eager: "
-          "the module's eager path (_torch_ops.kv_proj_eager with the C++ registration, else alloc "
-          "behind Python checks); kv_proj: latentkv.torch.kv_proj (the active op); +py / +c++: "
-          "what each op adds over the binding):")
-    print(f"{'case':<17}{'dtype':<6}{'noop':>9}{'binding':>9}{'py-kern':>9}{'op-py':>9}{'op-c++':>9}"
-          f"{'alloc':>9}{'eager':>9}{'kv_proj':>9}{'module':>9}{'+py':>9}{'+c++':>9}")
+    print("latentkv per-call layers, back to back from Python, us, sampled in rounds (noop: the "
+          "binding parsing and checking, no run; binding: _C.kv_proj on a preallocated output and "
+          "workspace; op: torch.ops.latentkv.kv_proj.default; kv_proj: latentkv.torch.kv_proj; "
+          "module: LatentKVProjection under no_grad; +op / +module: what each adds over the "
+          "binding; module/binding: the ratio):")
+    print(f"{'case':<17}{'dtype':<6}{'noop':>9}{'binding':>9}{'op':>9}{'kv_proj':>9}{'module':>9}"
+          f"{'+op':>9}{'+module':>9}{'mod/bind':>9}")
     for r in rows:
         if "unsupported" in r:
             continue
         binding = r["layer_binding_run_us"]
         print(f"{r['case']:<17}{r['dtype']:<6}{fmt(r['layer_noop_binding_us'])}{fmt(binding)}"
-              f"{fmt(r['layer_py_kernel_us'])}{fmt(r['layer_op_python_us'])}"
-              f"{fmt(r.get('layer_op_cpp_us'))}{fmt(r.get('layer_allocating_us'))}"
-              f"{fmt(r.get('layer_eager_us'))}{fmt(r['layer_torch_op_us'])}"
-              f"{fmt(r['layer_module_us'])}{fmt(r['layer_op_python_us'] - binding)}"
-              f"{fmt(r['layer_op_cpp_us'] - binding if 'layer_op_cpp_us' in r else None)}")
+              f"{fmt(r['layer_op_us'])}{fmt(r['layer_torch_op_us'])}{fmt(r['layer_module_us'])}"
+              f"{fmt(r['layer_op_us'] - binding)}{fmt(r['layer_module_us'] - binding)}"
+              f"{fmt(ratio(r['layer_module_us'], binding))}")
     founding = next((r for r in rows if r["case"] == "founding" and r["dtype"] == "fp32"
                      and "unsupported" not in r), None)
     if founding is not None and device == "cuda":
@@ -278,11 +245,11 @@ def print_table(rows, device):
               f"({'meets' if call <= TARGET_CALL_US else 'MISSES'} <= {TARGET_CALL_US:g}); "
               f"binding overhead {noop:.2f} us "
               f"({'meets' if noop < TARGET_BINDING_US else 'MISSES'} < {TARGET_BINDING_US:g})")
-        op = founding.get("layer_op_cpp_us", founding["layer_op_python_us"])
-        added = op - founding["layer_binding_run_us"]
-        print(f"op overhead over the binding ({lt.OPS_BACKEND} registration): {added:.2f} us "
-              f"({'meets' if added <= TARGET_OP_OVERHEAD_US else 'MISSES'} <= "
-              f"{TARGET_OP_OVERHEAD_US:g})")
+        over = ratio(founding["layer_module_us"], founding["layer_binding_run_us"])
+        print(f"issue 14 target (founding, fp32): module {founding['layer_module_us']:.2f} us against "
+              f"the binding's {founding['layer_binding_run_us']:.2f} us = {over:.2f}x "
+              f"({'meets' if over <= TARGET_MODULE_OVER_BINDING else 'MISSES'} <= "
+              f"{TARGET_MODULE_OVER_BINDING:g}x)")
 
 
 def main():
@@ -302,17 +269,14 @@ def main():
     if device.type == "cuda" and not latentkv.cuda_available():
         sys.exit("latentkv sees no CUDA device (was it built with CUDA, is the driver new enough?)")
     print(f"torch {torch.__version__}, latentkv {latentkv.__version__}, device "
-          f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
-          f"torch.ops.latentkv registered in {lt.OPS_BACKEND}")
-    op_python = python_registered_op()
-    op_cpp = torch.ops.latentkv.kv_proj.default if lt.OPS_BACKEND == "c++" else None
+          f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}")
     rows = []
     with torch.no_grad():
         for name in args.cases.split(","):
             for dtype_name in args.dtypes.split(","):
                 if device.type == "cpu" and dtype_name != "fp32":
                     continue  # the CPU backend is float32 only
-                row = bench_case(name, dtype_name, args, device, op_python, op_cpp)
+                row = bench_case(name, dtype_name, args, device)
                 rows.append(row)
                 print(json.dumps(row))
     print_table(rows, device.type)

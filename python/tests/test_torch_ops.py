@@ -1,9 +1,8 @@
-"""The two registrations of torch.ops.latentkv.*: C++ (latentkv/_torch_ops.so, where the package was
-built against torch) and Python (latentkv/torch.py, the fallback; LATENTKV_TORCH_OPS=python forces
-it). Which one is active, that the ops refuse bad calls with ValueError/TypeError naming the
-argument and write nothing then, that they match the binding bit for bit, and, from a C++ run,
-the torch test files once more in a subprocess under the Python registration, so one pytest run
-covers both. Skipped without torch."""
+"""torch.ops.latentkv.*, registered once, in C++ (latentkv/_torch_ops.so): that its CPU (and,
+with a CUDA torch, CUDA) kernels are there, that import latentkv.torch says what is wrong and how
+to fix it where torch or the library is missing or does not load (and import latentkv works
+without torch), that the ops refuse bad calls with ValueError/TypeError naming the argument and
+write nothing then, and that they match the binding bit for bit. Skipped without torch."""
 
 import os
 import shutil
@@ -20,8 +19,6 @@ import latentkv  # noqa: E402
 import latentkv.torch as lt  # noqa: E402
 from reference import random_inputs  # noqa: E402
 
-LIBRARY = Path(latentkv.__file__).with_name("_torch_ops.so")
-FORCED = os.environ.get("LATENTKV_TORCH_OPS", "").strip().lower()
 TESTS = Path(__file__).resolve().parent
 
 
@@ -30,47 +27,52 @@ def torch_inputs(shape, seed=0, device="cpu"):
     return [torch.from_numpy(a).to(device) for a in arrays]
 
 
-def cpu_kernel_registered_at():
-    dump = torch._C._dispatch_dump("latentkv::kv_proj")
-    return next(line for line in dump.splitlines() if line.startswith("CPU:"))
-
-
-def test_the_registration_in_use():
-    if FORCED == "python" or not LIBRARY.exists():
-        assert lt.OPS_BACKEND == "python"
-        assert "torch.py" in cpu_kernel_registered_at()
-    else:
-        assert lt.OPS_BACKEND == "c++"
-        assert "torch_ops.cpp" in cpu_kernel_registered_at()
-        if torch.version.cuda:
-            assert torch._C._dispatch_has_kernel_for_dispatch_key("latentkv::kv_proj", "CUDA")
-    assert torch._C._dispatch_has_kernel_for_dispatch_key("latentkv::kv_proj_with_latent", "CPU")
+def test_the_ops_have_cpu_and_cuda_kernels():
+    for op in (torch.ops.latentkv.kv_proj.default, torch.ops.latentkv.kv_proj_with_latent.default):
+        assert op.has_kernel_for_dispatch_key("CPU")
+        assert op.has_kernel_for_dispatch_key("CUDA") == bool(torch.version.cuda)
 
 
 def run_python(code, **env):
-    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, cwd=TESTS.parent.parent,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
+                          cwd=TESTS.parent.parent, capture_output=True, text=True, timeout=300)
 
 
-def test_forcing_a_registration():
-    got = run_python("import latentkv.torch as lt; print(lt.OPS_BACKEND)", LATENTKV_TORCH_OPS="c++")
-    if LIBRARY.exists():
-        assert got.returncode == 0 and got.stdout.strip() == "c++", got.stderr
-    else:
-        assert got.returncode != 0 and "was not built" in got.stderr
-    got = run_python("import latentkv.torch", LATENTKV_TORCH_OPS="cuda")
-    assert got.returncode != 0 and "LATENTKV_TORCH_OPS = 'cuda': expected auto, c++ or python" in got.stderr
+def test_without_torch_latentkv_imports_and_latentkv_torch_says_how_to_fix_it():
+    got = run_python(
+        "import sys; sys.modules['torch'] = None\n"  # import torch now raises ImportError
+        "import numpy as np, latentkv\n"
+        "out = latentkv.kv_proj(np.ones((1, 2, 4), np.float32), np.ones((4, 2), np.float32),\n"
+        "                       np.ones((2, 4), np.float32), np.ones((2, 4), np.float32), 2)\n"
+        "assert out.shape == (2, 1, 2, 2, 2) and (out == 8).all(), out\n"
+        "import latentkv.torch\n")
+    assert got.returncode != 0 and "ImportError: latentkv.torch needs PyTorch" in got.stderr, got.stderr
+    assert "install torch" in got.stderr and "pip install --no-build-isolation ." in got.stderr
 
 
-def test_a_library_that_does_not_load_falls_back_to_python(tmp_path):
-    """E.g. built against another torch: warned about, then the Python registration."""
+def copy_of_the_package(tmp_path, library_bytes=None):
+    """latentkv copied to tmp_path without _torch_ops.so, or with these bytes as _torch_ops.so."""
     shutil.copytree(Path(latentkv.__file__).parent, tmp_path / "latentkv",
                     ignore=shutil.ignore_patterns("__pycache__", "_torch_ops.so"))
-    (tmp_path / "latentkv" / "_torch_ops.so").write_bytes(b"not a shared library")
-    got = run_python("import latentkv.torch as lt; print(lt.OPS_BACKEND)",
-                     PYTHONPATH=str(tmp_path), LATENTKV_TORCH_OPS="auto")
-    assert got.returncode == 0 and got.stdout.strip() == "python", got.stderr
-    assert "RuntimeWarning" in got.stderr and "_torch_ops.so does not load" in got.stderr
+    if library_bytes is not None:
+        (tmp_path / "latentkv" / "_torch_ops.so").write_bytes(library_bytes)
+    return str(tmp_path)
+
+
+def test_a_package_built_without_torch_says_how_to_rebuild(tmp_path):
+    got = run_python("import latentkv.torch", PYTHONPATH=copy_of_the_package(tmp_path))
+    assert got.returncode != 0 and "ImportError" in got.stderr
+    assert "_torch_ops.so was not built" in got.stderr, got.stderr
+    assert "pip install --no-build-isolation ." in got.stderr
+
+
+def test_a_library_that_does_not_load_says_how_to_rebuild(tmp_path):
+    """E.g. built against another torch."""
+    got = run_python("import latentkv.torch",
+                     PYTHONPATH=copy_of_the_package(tmp_path, b"not a shared library"))
+    assert got.returncode != 0 and "ImportError" in got.stderr
+    assert "_torch_ops.so does not load" in got.stderr, got.stderr
+    assert "pip install --no-build-isolation ." in got.stderr
 
 
 def refusals():
@@ -163,14 +165,3 @@ def test_cuda_refusals_through_the_op():
         torch.ops.latentkv.kv_proj_with_latent(hidden, w_down, w_up_k, w_up_v, 2, torch.empty(1, 4, 8))
     with pytest.raises(TypeError, match="hidden has dtype float64"):
         torch.ops.latentkv.kv_proj(*(t.double() for t in (hidden, w_down, w_up_k, w_up_v)), 2)
-
-
-@pytest.mark.skipif(lt.OPS_BACKEND != "c++", reason="this run uses the Python registration already")
-def test_torch_suites_pass_under_the_python_registration():
-    """The other registration in a fresh process (one registration per process)."""
-    files = ["test_torch_cpu.py", "test_torch_cuda.py", "test_torch_ops.py"]
-    got = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
-        env={**os.environ, "LATENTKV_TORCH_OPS": "python"}, cwd=TESTS,
-        capture_output=True, text=True, timeout=1800)
-    assert got.returncode == 0, got.stdout[-4000:] + got.stderr[-2000:]

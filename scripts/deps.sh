@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs what latentkv needs to build and test on a fresh Debian/Ubuntu machine, skipping what is
-# already there: a C++17 compiler, CMake >= 3.25, GoogleTest, and a Python venv (.venv) with numpy
-# and pytest for the Python package. The CUDA toolkit (nvcc, cuBLAS) must already be installed;
-# no GPU is needed to build.
+# already there: a C++ compiler (C++17; C++20 for the torch ops), CMake >= 3.25, GoogleTest, and a
+# Python venv (.venv) with what the Python package builds and tests with: numpy, pytest, torch
+# (the standard wheel from the package index, which runs on CPU-only machines; it takes minutes),
+# transformers, hypothesis, matplotlib, nanobind and scikit-build-core (the package is built with
+# --no-build-isolation, so that the torch ops are built against this torch). The CUDA toolkit
+# (nvcc, cuBLAS) must already be installed; no GPU is needed to build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +30,18 @@ fi
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
 fi
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q numpy pytest
+# What the venv lacks (by pip name; found by module name, without importing anything).
+read -r -a wanted <<< "$(.venv/bin/python - <<'PY'
+import importlib.util
+packages = {"numpy": "numpy", "pytest": "pytest", "torch": "torch", "transformers": "transformers",
+            "hypothesis": "hypothesis", "matplotlib": "matplotlib", "nanobind": "nanobind",
+            "scikit-build-core": "scikit_build_core"}
+print(" ".join(name for name, module in packages.items() if importlib.util.find_spec(module) is None))
+PY
+)"
+if [ ${#wanted[@]} -gt 0 ]; then
+  echo "deps: installing ${wanted[*]} into .venv"
+  .venv/bin/python -m pip install -q "${wanted[@]}"
+fi

@@ -64,6 +64,16 @@ void cublas_gemm(cublasContext* handle, DType dtype, int64_t m, int64_t n, int64
                                CUBLAS_GEMM_DEFAULT));
 }
 
+void cublas_gemm_nt(cublasContext* handle, DType dtype, int64_t m, int64_t n, int64_t k,
+                    const void* a, int64_t lda, const void* w, int64_t ldw, void* c, int64_t ldc) {
+  // Column-major, c^T [n, m] = w [n, k] @ a^T [k, m]: w's rows are column-major w^T, transposed.
+  const float alpha = 1.0f, beta = 0.0f;
+  const cudaDataType_t type = cuda_type(dtype);
+  BENCH_CHECK(cublasGemmEx_64(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, type, ldw, a,
+                               type, lda, &beta, c, type, ldc, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+}
+
 CublasBaseline::CublasBaseline(const Problem& problem, Stream stream)
     : problem_(problem), stream_(stream) {
   const size_t elem = static_cast<size_t>(element_size(problem.dtype));

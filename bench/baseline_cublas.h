@@ -18,6 +18,11 @@ namespace latentkv::bench {
 void cublas_gemm(cublasContext* handle, DType dtype, int64_t m, int64_t n, int64_t k,
                  const void* a, const void* b, void* c);
 
+// Row-major c[m, n] (row stride ldc) = a[m, k] (row stride lda) @ w[n, k]^T (row stride ldw): an
+// nn.Linear with its [out, in] weight, in dtype, float32 accumulation.
+void cublas_gemm_nt(cublasContext* handle, DType dtype, int64_t m, int64_t n, int64_t k,
+                    const void* a, int64_t lda, const void* w, int64_t ldw, void* c, int64_t ldc);
+
 class CublasBaseline {
  public:
   CublasBaseline(const Problem& problem, Stream stream);

@@ -38,6 +38,11 @@ Stats sample_repeatedly(const TimingConfig& config, const std::function<double()
   return summarize(std::move(samples));
 }
 
+std::string BenchCase::to_string() const {
+  if (!mla) return problem.to_string();
+  return mla_problem.to_string() + " rope_form=" + testing::to_string(rope_form);
+}
+
 const char* to_string(Outcome outcome) {
   switch (outcome) {
     case Outcome::kPass: return "pass";

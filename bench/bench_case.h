@@ -11,14 +11,27 @@
 #include <vector>
 
 #include "latentkv/latentkv.h"
+#include "mla_reference.h"
 
 namespace latentkv::bench {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 struct BenchCase {
-  std::string name;  // "seed", "T=733", ...
-  Problem problem;
+  std::string name;  // "seed", "T=733", "deepseek-v3-mla kv T=64", ...
+  Problem problem;   // a case of the projection (latentkv.h)
+  // A case of the MLA KV path (mla.h) instead: mla_problem, its RoPE in rope_form, the latent
+  // cache paged through a shuffled slot_mapping.
+  bool mla = false;
+  MlaProblem mla_problem;
+  testing::RopeForm rope_form = testing::RopeForm::kPositions;
+
+  // Of whichever problem the case runs.
+  DType dtype() const { return mla ? mla_problem.dtype : problem.dtype; }
+  double flops() const { return mla ? mla_problem.flops() : problem.flops(); }
+  double min_bytes() const { return mla ? mla_problem.min_bytes() : problem.min_bytes(); }
+  int64_t tokens() const { return mla ? mla_problem.tokens() : problem.tokens(); }
+  std::string to_string() const;  // the problem, with the RoPE form of an MLA case
 };
 
 // How to time. A measurement stops after `iters` samples or once `seconds` are spent, whichever
@@ -83,6 +96,7 @@ struct CaseResult {
   std::string message;
 
   double tolerance = kNaN;
+  std::string error_detail;  // MLA: each output's error and tolerance ("k 2.1e-3 <= 4.4e-3, ...")
   int64_t checked_tokens = 0;  // tokens whose rows were compared with the float64 reference
   int input_sets = 1;          // distinct buffers the timed calls cycle through
   int calls_per_graph = 0;     // CUDA only
@@ -94,8 +108,8 @@ struct CaseResult {
 
   double speedup() const { return baseline.time.median_us / fused.time.median_us; }
   double speedup_launch() const { return baseline.launch.median_us / fused.launch.median_us; }
-  double gb_per_s() const { return bench_case.problem.min_bytes() / fused.time.median_us * 1e-3; }
-  double tflop_per_s() const { return bench_case.problem.flops() / fused.time.median_us * 1e-6; }
+  double gb_per_s() const { return bench_case.min_bytes() / fused.time.median_us * 1e-3; }
+  double tflop_per_s() const { return bench_case.flops() / fused.time.median_us * 1e-6; }
   double pct_of_floor() const { return 100.0 * floor.us / fused.time.median_us; }
 };
 

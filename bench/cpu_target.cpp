@@ -35,15 +35,7 @@ class CpuTarget final : public Target {
   void run_baseline(int set) override { baseline_.run(args(set)); }
 
   Status time(const std::function<Status(int set)>& call, PathResult* path) override {
-    Status status;
-    path->time = sample_repeatedly(config_, [&] {
-      const auto t0 = std::chrono::steady_clock::now();
-      if (status.ok()) status = call(0);
-      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-          .count();
-    });
-    if (!status.ok()) path->time = Stats{};
-    return status;
+    return time_on_cpu(config_, call, path);
   }
 
   void describe(CaseResult* result) const override {
@@ -60,6 +52,19 @@ class CpuTarget final : public Target {
 };
 
 }  // namespace
+
+Status time_on_cpu(const TimingConfig& config, const std::function<Status(int set)>& call,
+                   PathResult* path) {
+  Status status;
+  path->time = sample_repeatedly(config, [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (status.ok()) status = call(0);
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+        .count();
+  });
+  if (!status.ok()) path->time = Stats{};
+  return status;
+}
 
 std::unique_ptr<Target> make_cpu_target(const Problem& problem,
                                         const testing::HostInputs& inputs,

@@ -101,8 +101,8 @@ void fill_uniform(void* data, DType dtype, int64_t count, uint32_t seed, Stream 
   BENCH_CHECK_LAUNCH();
 }
 
-// Host float values (already rounded to dtype by random_inputs, so exactly representable) to the
-// bytes of a device tensor, and back.
+}  // namespace
+
 std::vector<unsigned char> to_device_format(const std::vector<float>& values, DType dtype) {
   std::vector<unsigned char> bytes(values.size() * static_cast<size_t>(element_size(dtype)));
   if (dtype == DType::kFloat32) {
@@ -140,6 +140,8 @@ std::vector<float> from_device_format(const std::vector<unsigned char>& bytes, D
   }
   return values;
 }
+
+namespace {
 
 // Captures `calls` calls (call i on input set i % sets) into one graph and times its replays:
 // per call = replay time / calls. The replay count is sized from the warm-up to fit the budget.
@@ -207,6 +209,28 @@ Status time_loop(Stream stream, const TimingConfig& config, int calls, int sets,
 // Rounds `calls` up to whole cycles through the input sets.
 int whole_cycles(int calls, int sets) { return (calls + sets - 1) / sets * sets; }
 
+}  // namespace
+
+int rotation_sets(size_t set_bytes, const GpuInfo& info, const TimingConfig& config) {
+  const size_t l2 = static_cast<size_t>(info.l2_bytes);
+  if (!config.rotate || set_bytes >= 3 * l2) return 1;
+  return static_cast<int>(std::min(kMaxInputSets, (3 * l2 + set_bytes - 1) / set_bytes));
+}
+
+int graph_calls(const TimingConfig& config, int sets) {
+  return whole_cycles(config.calls_per_graph, sets);
+}
+
+Status time_on_gpu(Stream stream, const TimingConfig& config, int sets, const CallFn& call,
+                   PathResult* path) {
+  Status status = time_graph(stream, config, graph_calls(config, sets), sets, call, &path->time);
+  if (!status.ok()) return status;
+  const int loop_calls = whole_cycles(std::max(config.calls_per_graph, kLoopCalls), sets);
+  return time_loop(stream, config, loop_calls, sets, call, &path->launch);
+}
+
+namespace {
+
 class CudaTarget final : public Target {
  public:
   CudaTarget(const Problem& problem, const testing::HostInputs& inputs,
@@ -223,11 +247,7 @@ class CudaTarget final : public Target {
       offset_[i + 1] = offset_[i] + align_up(bytes_[i]);
     }
     const size_t set_bytes = offset_[kTensors];
-    const size_t l2 = static_cast<size_t>(info.l2_bytes);
-    sets_ = 1;
-    if (config.rotate && set_bytes < 3 * l2) {
-      sets_ = static_cast<int>(std::min(kMaxInputSets, (3 * l2 + set_bytes - 1) / set_bytes));
-    }
+    sets_ = rotation_sets(set_bytes, info, config);
     BENCH_CHECK(cudaMalloc(&slab_, set_bytes * static_cast<size_t>(sets_)));
     // Scratch for strategies that materialize the latent (allocated once, like a real caller).
     // Sized for every strategy, so that any of them can be forced.
@@ -287,16 +307,13 @@ class CudaTarget final : public Target {
   void run_baseline(int set) override { baseline_.run(args(set)); }
 
   Status time(const CallFn& call, PathResult* path) override {
-    Status status = time_graph(stream_, config_, calls_per_graph(), sets_, call, &path->time);
-    if (!status.ok()) return status;
-    const int loop_calls = whole_cycles(std::max(config_.calls_per_graph, kLoopCalls), sets_);
-    return time_loop(stream_, config_, loop_calls, sets_, call, &path->launch);
+    return time_on_gpu(stream_, config_, sets_, call, path);
   }
 
   void describe(CaseResult* result) const override {
     result->device = info_.name;
     result->baseline_name = "cublas-3gemm+stack";
-    result->calls_per_graph = calls_per_graph();
+    result->calls_per_graph = graph_calls(config_, sets_);
     result->launch_floor_graph_us = info_.empty_graph.median_us;
     result->launch_floor_loop_us = info_.empty_loop.median_us;
     // The floor: the launch of one kernel, the minimum bytes at the measured copy bandwidth, or
@@ -314,8 +331,6 @@ class CudaTarget final : public Target {
 
  private:
   enum TensorIndex { kHidden, kWDown, kWUpK, kWUpV, kOut, kTensors };
-
-  int calls_per_graph() const { return whole_cycles(config_.calls_per_graph, sets_); }
 
   Problem problem_;
   TimingConfig config_;

@@ -34,6 +34,7 @@ class GpuSession {
   GpuSession& operator=(const GpuSession&) = delete;
 
   const GpuInfo& info() const { return info_; }
+  Stream stream() const { return stream_; }
   std::unique_ptr<Target> make_target(const Problem& problem, const testing::HostInputs& inputs);
 
  private:
@@ -41,5 +42,20 @@ class GpuSession {
   Stream stream_ = nullptr;
   GpuInfo info_;
 };
+
+// The pieces every GPU target shares (the MLA cases' target too).
+// Host float values (already rounded to dtype, so exactly representable) as the bytes of a device
+// tensor of dtype, and back.
+std::vector<unsigned char> to_device_format(const std::vector<float>& values, DType dtype);
+std::vector<float> from_device_format(const std::vector<unsigned char>& bytes, DType dtype);
+// How many copies of an input set of set_bytes the timed calls cycle through: with config.rotate
+// enough to hold 3x the L2 cache when one set fits in it, else 1.
+int rotation_sets(size_t set_bytes, const GpuInfo& info, const TimingConfig& config);
+// Calls captured per graph: config.calls_per_graph rounded up to whole cycles through the sets.
+int graph_calls(const TimingConfig& config, int sets);
+// Times `call` (one call on input set `set`) the way every case is timed: path->time from graph
+// replay, path->launch back to back from a host loop. A failing call stops it; its status returns.
+Status time_on_gpu(Stream stream, const TimingConfig& config, int sets,
+                   const std::function<Status(int set)>& call, PathResult* path);
 
 }  // namespace latentkv::bench

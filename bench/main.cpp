@@ -1,6 +1,7 @@
-// latentkv-bench, the project's main job: checks the fused KV projection against float64 and times
-// it against the unfused baseline (three GEMMs + the stack copy, what PyTorch eager runs) in the
-// same run, on the GPU when one is present, else on the CPU. See --help for the options.
+// latentkv-bench, the project's main job: checks the fused KV projection (and the MLA KV path,
+// mla_case.h) against float64 and times it against the unfused baseline (three GEMMs + the stack
+// copy, what PyTorch eager runs; for MLA cuBLAS GEMMs plus separate norm, RoPE, cache and concat
+// kernels) in the same run, on the GPU when one is present, else on the CPU. See --help.
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "cuda_target.h"
+#include "mla_case.h"
 #include "options.h"
 #include "report.h"
 #include "target.h"
@@ -75,16 +77,16 @@ class Progress {
 };
 
 // Why a CPU sweep does not run a case, or empty.
-std::string cpu_sweep_skip(const Problem& p) {
-  if (p.dtype != DType::kFloat32) {
-    return std::string("the cpu backend is float32 only; this preset is ") + to_string(p.dtype);
+std::string cpu_sweep_skip(const BenchCase& c) {
+  if (c.dtype() != DType::kFloat32) {
+    return std::string("the cpu backend is float32 only; this preset is ") + to_string(c.dtype());
   }
-  if (p.flops() > kCpuSweepMaxFlops) {
+  if (c.flops() > kCpuSweepMaxFlops) {
     char buf[160];
     std::snprintf(buf, sizeof(buf),
                   "%.3g GFLOP per call is too much for the cpu sweep (limit %.3g); run it alone "
                   "with --preset to time it anyway",
-                  p.flops() * 1e-9, kCpuSweepMaxFlops * 1e-9);
+                  c.flops() * 1e-9, kCpuSweepMaxFlops * 1e-9);
     return buf;
   }
   return "";
@@ -131,7 +133,7 @@ int bench_main(int argc, char** argv) {
   TargetFactory make_target;
   if (run.backend == Backend::kCuda) {
     std::set<DType> dtypes;
-    for (const BenchCase& c : options.cases) dtypes.insert(c.problem.dtype);
+    for (const BenchCase& c : options.cases) dtypes.insert(c.dtype());
     gpu = std::make_unique<GpuSession>(options.timing,
                                        std::vector<DType>(dtypes.begin(), dtypes.end()), phase);
     run.gpu = &gpu->info();
@@ -151,9 +153,11 @@ int bench_main(int argc, char** argv) {
     const BenchCase& c = options.cases[static_cast<size_t>(i)];
     progress.start_case(i, c.name);
     const std::string skip =
-        options.sweep && run.backend == Backend::kCpu ? cpu_sweep_skip(c.problem) : "";
+        options.sweep && run.backend == Backend::kCpu ? cpu_sweep_skip(c) : "";
     CaseResult result;
-    if (skip.empty()) {
+    if (skip.empty() && c.mla) {
+      result = run_mla_case(c, run.backend, options.strategy, options.timing, gpu.get(), phase);
+    } else if (skip.empty()) {
       result = run_case(c, run.backend, options.strategy, options.timing, make_target, phase);
     } else {
       result.bench_case = c;

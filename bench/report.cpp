@@ -3,6 +3,7 @@
 // a made-up zero.
 #include "report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -26,10 +27,10 @@ std::string fixed(double v) {
   return num(v, a >= 100 ? "%.0f" : a >= 10 ? "%.1f" : a >= 1 ? "%.2f" : "%.3g");
 }
 
-std::string describe_problem(const Problem& p) {
+std::string describe_problem(const BenchCase& c) {
   std::ostringstream s;
-  s << p.to_string() << " (T=" << p.tokens() << ", " << fixed(p.flops() * 1e-6) << " MFLOP, "
-    << fixed(p.min_bytes() * 1e-6) << " MB min)";
+  s << c.to_string() << " (T=" << c.tokens() << ", " << fixed(c.flops() * 1e-6) << " MFLOP, "
+    << fixed(c.min_bytes() * 1e-6) << " MB min)";
   return s.str();
 }
 
@@ -161,20 +162,23 @@ void print_header(FILE* to, const RunInfo& run) {
 }
 
 void print_case(FILE* to, const CaseResult& r) {
-  const Problem& p = r.bench_case.problem;
-  std::fprintf(to, "\n%s: %s\n", r.bench_case.name.c_str(), describe_problem(p).c_str());
+  const int64_t tokens = r.bench_case.tokens();
+  std::fprintf(to, "\n%s: %s\n", r.bench_case.name.c_str(), describe_problem(r.bench_case).c_str());
   if (r.outcome == Outcome::kSkipped) {
     std::fprintf(to, "  skipped: %s\n", r.message.c_str());
     return;
   }
   if (r.fused.ran) {
-    const std::string checked = r.checked_tokens == p.tokens()
-                                    ? "all " + std::to_string(p.tokens()) + " token" +
-                                          (p.tokens() == 1 ? "" : "s")
+    const std::string checked = r.checked_tokens == tokens
+                                    ? "all " + std::to_string(tokens) + " token" +
+                                          (tokens == 1 ? "" : "s")
                                     : std::to_string(r.checked_tokens) + " of " +
-                                          std::to_string(p.tokens()) + " tokens";
+                                          std::to_string(tokens) + " tokens";
     print_path(to, "fused", backend_strategy(r), r.fused, r,
                "tolerance " + num(r.tolerance) + " (" + checked + ")  " + verdict(r));
+    if (!r.error_detail.empty()) {
+      std::fprintf(to, "            by output: %s\n", r.error_detail.c_str());
+    }
   }
   if (!r.message.empty()) {
     std::fprintf(to, "  %-9s %s (%s): %s\n", "fused", verdict(r).c_str(), to_string(r.refusal),
@@ -182,7 +186,7 @@ void print_case(FILE* to, const CaseResult& r) {
   }
   if (r.baseline.ran) print_path(to, "baseline", r.baseline_name, r.baseline, r, "");
   if (!r.fused.time.valid()) return;
-  std::string line = "speedup " + fixed(r.speedup()) + "x";
+  std::string line = "speedup " + (known(r.speedup()) ? fixed(r.speedup()) + "x" : "-");
   if (on_gpu(r)) line += " (graph), " + fixed(r.speedup_launch()) + "x (back to back)";
   line += "; " + fixed(r.gb_per_s()) + " GB/s, " + fixed(r.tflop_per_s()) + " TFLOP/s";
   if (known(r.floor.us)) {
@@ -197,15 +201,20 @@ void print_case(FILE* to, const CaseResult& r) {
 }
 
 void print_table(FILE* to, const std::vector<CaseResult>& results) {
-  std::fprintf(to, "\n%-18s %-22s %-9s %9s %9s %8s %8s %8s %7s  %s\n", "case", "backend/strategy",
-               "err", "fused us", "base us", "speedup", "GB/s", "TFLOP/s", "floor%", "result");
+  int name_width = 18;  // the case column fits the longest name
+  for (const CaseResult& r : results) {
+    name_width = std::max(name_width, static_cast<int>(r.bench_case.name.size()));
+  }
+  std::fprintf(to, "\n%-*s %-22s %-9s %9s %9s %8s %8s %8s %7s  %s\n", name_width, "case",
+               "backend/strategy", "err", "fused us", "base us", "speedup", "GB/s", "TFLOP/s",
+               "floor%", "result");
   for (const CaseResult& r : results) {
     const bool timed = r.fused.time.valid();
-    std::fprintf(to, "%-18s %-22s %-9s %9s %9s %8s %8s %8s %7s  %s\n",
+    std::fprintf(to, "%-*s %-22s %-9s %9s %9s %8s %8s %8s %7s  %s\n", name_width,
                  r.bench_case.name.c_str(), backend_strategy(r).c_str(),
                  num(r.fused.error, "%.2e").c_str(), fixed(r.fused.time.median_us).c_str(),
                  fixed(r.baseline.time.median_us).c_str(),
-                 timed ? (fixed(r.speedup()) + "x").c_str() : "-",
+                 timed && known(r.speedup()) ? (fixed(r.speedup()) + "x").c_str() : "-",
                  timed ? fixed(r.gb_per_s()).c_str() : "-",
                  timed ? fixed(r.tflop_per_s()).c_str() : "-",
                  timed ? num(r.pct_of_floor(), "%.0f%%").c_str() : "-", verdict(r).c_str());
@@ -248,21 +257,41 @@ std::string case_summary(const CaseResult& r) {
 }
 
 std::string case_json(const CaseResult& r) {
-  const Problem& p = r.bench_case.problem;
+  const BenchCase& c = r.bench_case;
+  const Problem& p = c.problem;
   const bool timed = r.fused.time.valid();
   Json shape;
-  shape.add("batch", p.batch)
-      .add("seq", p.seq)
-      .add("model_dim", p.model_dim)
-      .add("rank", p.rank)
-      .add("heads", p.heads)
-      .add("head_dim", p.head_dim)
-      .add("tokens", p.tokens())
-      .add("kv_width", p.kv_width());
+  if (c.mla) {
+    const MlaProblem& m = c.mla_problem;
+    shape.add("batch", m.batch)
+        .add("seq", m.seq)
+        .add("model_dim", m.model_dim)
+        .add("q_rank", m.q_rank)
+        .add("kv_rank", m.kv_rank)
+        .add("rope_dim", m.rope_dim)
+        .add("heads", m.heads)
+        .add("nope_dim", m.nope_dim)
+        .add("v_dim", m.v_dim)
+        .add("tokens", m.tokens())
+        .add("stage", to_string(m.stage))
+        .add("rope_style", to_string(m.rope_style))
+        .add("rope_dtype", to_string(m.rope_dtype))
+        .add("rope_form", testing::to_string(c.rope_form));
+  } else {
+    shape.add("batch", p.batch)
+        .add("seq", p.seq)
+        .add("model_dim", p.model_dim)
+        .add("rank", p.rank)
+        .add("heads", p.heads)
+        .add("head_dim", p.head_dim)
+        .add("tokens", p.tokens())
+        .add("kv_width", p.kv_width());
+  }
   Json j;
   j.add("case", r.bench_case.name)
       .add("shape", shape)
-      .add("dtype", to_string(p.dtype))
+      .add("operation", c.mla ? "mla" : "projection")
+      .add("dtype", to_string(c.dtype()))
       .add("backend", to_string(r.backend))
       .add("strategy", to_string(r.strategy))
       .add("device", r.device)
@@ -271,6 +300,7 @@ std::string case_json(const CaseResult& r) {
       .add("message", r.message)
       .add("error", r.fused.error)
       .add("tolerance", r.tolerance)
+      .add("error_detail", r.error_detail)
       .add("checked_tokens", r.checked_tokens)
       .add("baseline", r.baseline_name)
       .add("baseline_error", r.baseline.error)
@@ -280,8 +310,8 @@ std::string case_json(const CaseResult& r) {
       .add("unfused", path_json(r.baseline, r))
       .add("speedup", timed ? r.speedup() : kNaN)
       .add("speedup_back_to_back", timed && on_gpu(r) ? r.speedup_launch() : kNaN)
-      .add("bytes", p.min_bytes())
-      .add("flops", p.flops())
+      .add("bytes", c.min_bytes())
+      .add("flops", c.flops())
       .add("gb_per_s", timed ? r.gb_per_s() : kNaN)
       .add("tflop_per_s", timed ? r.tflop_per_s() : kNaN)
       .add("floor_us", r.floor.us)

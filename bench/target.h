@@ -44,6 +44,11 @@ class Target {
 using TargetFactory =
     std::function<std::unique_ptr<Target>(const Problem&, const testing::HostInputs&)>;
 
+// Wall time per call of `call` on input set 0 (the CPU's timing, path->time only). A failing call
+// stops it; its status returns.
+Status time_on_cpu(const TimingConfig& config, const std::function<Status(int set)>& call,
+                   PathResult* path);
+
 // inputs must outlive the target (the CPU computes on them in place).
 std::unique_ptr<Target> make_cpu_target(const Problem& problem,
                                         const testing::HostInputs& inputs,

@@ -306,6 +306,35 @@ bool find_mla_preset(const std::string& name, MlaProblem* problem) {
   return false;
 }
 
+std::vector<MlaNamedCase> mla_path_sweep_cases() {
+  const struct {
+    const char* preset;
+    const char* label;  // after the preset's name
+    bool q_a;
+    MlaStage stage;
+    std::vector<int64_t> tokens;
+  } rows[] = {
+      {"deepseek-v2-lite-mla", "", false, MlaStage::kBoth, {1, 64, 1024, 4096}},
+      {"deepseek-v3-mla", " kv", false, MlaStage::kBoth, {1, 64, 1024, 4096}},
+      {"deepseek-v3-mla", " kv first", false, MlaStage::kFirst, {1, 16, 64}},
+      {"deepseek-v3-mla", " q_a+kv first", true, MlaStage::kFirst, {1, 16}},
+      {"deepseek-v2-lite-mla", " first", false, MlaStage::kFirst, {1, 16}},
+  };
+  std::vector<MlaNamedCase> cases;
+  for (const auto& row : rows) {
+    MlaProblem base;
+    find_mla_preset(row.preset, &base);
+    if (!row.q_a) base.q_rank = 0;
+    base.stage = row.stage;
+    for (int64_t t : row.tokens) {
+      MlaProblem p = base;
+      p.seq = t;
+      cases.push_back({std::string(row.preset) + row.label + " T=" + std::to_string(t), p});
+    }
+  }
+  return cases;
+}
+
 std::vector<MlaNamedCase> mla_edge_cases() {
   struct Edge {
     const char* name;

@@ -100,6 +100,13 @@ struct MlaNamedCase {
 std::vector<MlaNamedCase> mla_preset_cases();
 bool find_mla_preset(const std::string& name, MlaProblem* problem);
 
+// latentkv-bench --sweep-mla-path, bfloat16, interleave RoPE: the MLA issue's whole-path rows
+// (DeepSeek-V2-Lite and V3 without q_a, as transformers' KV side runs them; T = 1, 64, 1024, 4096)
+// and the first-stage rows of the floor issue (V3 kv only T = 1, 16, 64; V3 q_a + kv T = 1, 16;
+// V2-Lite T = 1, 16). Batch 1, seq = T; names "deepseek-v3-mla kv T=64", ... fixed, so numbers
+// stay comparable across runs.
+std::vector<MlaNamedCase> mla_path_sweep_cases();
+
 // Small shapes covering the edges: T = 1, odd H and R, dr != 64 (32, 16, 2), dn != dv, Rq = 0 and
 // > 0, D not a multiple of 8, batch > 1. float32, interleave, kBoth: callers set dtype, stage,
 // style.

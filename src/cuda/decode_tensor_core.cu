@@ -63,6 +63,8 @@ constexpr int kUpRowAlign = tiles::kDecodeTcUpRowAlign;
 constexpr int kDownRowAlign = tiles::kDecodeTcDownRowAlign;
 constexpr int kNarrowUpCols = tiles::kDecodeTcNarrowUpCols;
 constexpr int kWideUpCols = tiles::kDecodeTcWideUpCols;
+static_assert(kUpRowAlign % (2 * kKStep) == 0 && kDownRowAlign % (kWarps * 2 * kKStep) == 0,
+              "every warp's share of the rows is whole pairs of MMA k-steps");
 constexpr int kRowPad = 8;                 // elements of padding per shared row of an A operand:
                                            // 8 consecutive rows land in 8 bank groups (ldmatrix)
 constexpr int kTargetDownItems = 128;      // down: (8-column tiles) x (chunks of D), about one per

@@ -23,11 +23,9 @@ bool cuda_device_present() {
   return present;
 }
 
-Status current_device_facts(const DeviceFacts** out) {
+Status device_facts(int device, const DeviceFacts** out) {
   static std::array<std::once_flag, kMaxTrackedDevices> once;
   static std::array<DeviceFacts, kMaxTrackedDevices> facts;
-  int device = 0;
-  if (Status tracked = current_tracked_device(&device); !tracked.ok()) return tracked;
   std::call_once(once[device], [device] {
     const RelaxedCaptureScope relaxed;
     DeviceFacts& f = facts[device];
@@ -51,6 +49,12 @@ Status current_device_facts(const DeviceFacts** out) {
   });
   *out = &facts[device];
   return (*out)->status;
+}
+
+Status current_device_facts(const DeviceFacts** out) {
+  int device = 0;
+  if (Status tracked = current_tracked_device(&device); !tracked.ok()) return tracked;
+  return device_facts(device, out);
 }
 
 Status cuda_require_compute_capability(int major, const char* strategy) {

@@ -23,7 +23,8 @@ struct DeviceFacts {
   Status status;  // the queries' outcome
 };
 
-// The current device's facts (device_facts.cu).
+// The facts of `device` (a tracked device number) and of the current device (device_facts.cu).
+Status device_facts(int device, const DeviceFacts** out);
 Status current_device_facts(const DeviceFacts** out);
 
 // The current device's facts after Family's static Status setup(const DeviceFacts&) has run once
@@ -32,9 +33,9 @@ template <typename Family>
 Status prepared_device(const DeviceFacts** out) {
   static std::array<std::once_flag, kMaxTrackedDevices> once;
   static std::array<Status, kMaxTrackedDevices> setup;
-  if (Status s = current_device_facts(out); !s.ok()) return s;
   int device = 0;
   if (Status tracked = current_tracked_device(&device); !tracked.ok()) return tracked;
+  if (Status s = device_facts(device, out); !s.ok()) return s;
   std::call_once(once[device], [device, out] {
     const RelaxedCaptureScope relaxed;
     setup[device] = Family::setup(**out);

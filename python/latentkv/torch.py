@@ -1,6 +1,10 @@
 """PyTorch integration: the ops torch.ops.latentkv.kv_proj / kv_proj_with_latent and the
 LatentKVProjection module, a drop-in for the reference module (same parameter names, shapes,
-creation order and init, so state_dicts and seeds carry over).
+creation order and init, so state_dicts and seeds carry over); the MLA KV path's ops
+torch.ops.latentkv.mla_kv / mla_kv_first_stage / mla_kv_second_stage (mla.h: hidden states to K,
+V, q_a and the latent cache row, as DeepSeek-V2/V3 compute them), their wrappers mla_kv,
+mla_kv_first_stage, mla_kv_second_stage, the float64-capable reference reference_mla_kv, and
+MLAKVProjection, whose submodules carry transformers' DeepSeek attention names.
 
 The ops are defined, with their CPU and CUDA kernels, in C++ (latentkv/_torch_ops.so, built
 against the torch that was importable when the package was built); importing this module loads
@@ -24,7 +28,9 @@ except ImportError as e:
         "repository)") from e
 from torch import nn
 
-__all__ = ["kv_proj", "reference_kv_proj", "LatentKVProjection"]
+__all__ = ["kv_proj", "reference_kv_proj", "LatentKVProjection", "mla_kv", "mla_kv_first_stage",
+           "mla_kv_second_stage", "reference_mla_kv", "reference_mla_kv_second_stage",
+           "cos_sin_from_freqs_cis", "MLARMSNorm", "MLAKVProjection"]
 
 _OPS_LIBRARY = Path(__file__).with_name("_torch_ops.so")
 
@@ -141,3 +147,281 @@ class LatentKVProjection(nn.Module):
     def extra_repr(self):
         return (f"model_dim={self.model_dim}, rank={self.rank}, num_heads={self.num_heads}, "
                 f"head_dim={self.head_dim}")
+
+
+# ---- The MLA KV path (latentkv/mla.h)
+
+ROPE_STYLES = ("interleave", "gptj", "neox")
+
+
+@torch.library.register_fake("latentkv::mla_kv")
+def _mla_kv_fake(hidden, kv_a_weight, kv_a_norm_weight, kv_b_weight, num_heads, qk_nope_head_dim,
+                 v_head_dim, cos, sin, positions, cos_sin_cache, rope_style, eps, kv_cache,
+                 slot_mapping, q_a_weight, q_a_norm_weight):
+    # The outputs' shapes only; the C++ kernel checks the call when it runs.
+    b, s, _ = hidden.shape
+    rope_dim = kv_a_weight.shape[0] - kv_a_norm_weight.shape[0]
+    q_rank = 0 if q_a_weight is None else q_a_weight.shape[0]
+    return (hidden.new_empty((b, s, num_heads, qk_nope_head_dim + rope_dim)),
+            hidden.new_empty((b, s, num_heads, v_head_dim)), hidden.new_empty((b, s, q_rank)))
+
+
+@torch.library.register_fake("latentkv::mla_kv_first_stage")
+def _mla_kv_first_stage_fake(hidden, kv_a_weight, kv_a_norm_weight, kv_cache, cos, sin, positions,
+                             cos_sin_cache, rope_style, eps, slot_mapping, q_a_weight,
+                             q_a_norm_weight):
+    b, s, _ = hidden.shape
+    return hidden.new_empty((b, s, 0 if q_a_weight is None else q_a_weight.shape[0]))
+
+
+@torch.library.register_fake("latentkv::mla_kv_second_stage")
+def _mla_kv_second_stage_fake(kv_b_weight, num_heads, qk_nope_head_dim, v_head_dim, latent, k_pe,
+                              kv_cache, slot_mapping):
+    if latent is not None:
+        torch._check(k_pe is not None, lambda: "latent is given without k_pe")
+        b, s, _ = latent.shape
+        rope_dim = k_pe.shape[-1]
+    else:
+        torch._check(kv_cache is not None and slot_mapping is not None, lambda: (
+            "the second stage reads c and k_pe from latent + k_pe or from kv_cache + "
+            "slot_mapping; got neither pair"))
+        b, s = slot_mapping.shape
+        rope_dim = kv_cache.shape[1] - kv_b_weight.shape[1]
+    return (kv_b_weight.new_empty((b, s, num_heads, qk_nope_head_dim + rope_dim)),
+            kv_b_weight.new_empty((b, s, num_heads, v_head_dim)))
+
+
+_mla_op = torch.ops.latentkv.mla_kv.default
+_mla_first_op = torch.ops.latentkv.mla_kv_first_stage.default
+_mla_second_op = torch.ops.latentkv.mla_kv_second_stage.default
+
+
+def mla_kv(hidden, kv_a_weight, kv_a_norm_weight, kv_b_weight, num_heads, *, qk_nope_head_dim,
+           v_head_dim, cos=None, sin=None, positions=None, cos_sin_cache=None,
+           rope_style="interleave", eps=1e-6, kv_cache=None, slot_mapping=None, q_a_weight=None,
+           q_a_norm_weight=None):
+    """Both stages of the MLA KV path (torch.ops.latentkv.mla_kv): (k, v), or (k, v, q_a) when
+    q_a_weight is given.
+
+    hidden (B, S, D); kv_a_weight (R + dr, D) = kv_a_proj_with_mqa.weight; kv_a_norm_weight (R,);
+    kv_b_weight (H * (dn + dv), R) = kv_b_proj.weight with H = num_heads (a tensor-parallel rank
+    passes its heads' rows); q_a_weight (Rq, D) and q_a_norm_weight (Rq,) optional. RoPE from cos
+    and sin (B, S, dr) as transformers' rotary embedding returns them, or from positions (B, S)
+    int64 into cos_sin_cache (max_position, dr: dr/2 cosines then dr/2 sines per row, vLLM's);
+    rope_style "interleave" (transformers' DeepSeek), "gptj" or "neox". kv_cache (num_slots,
+    R + dr), when given, receives each token's [c | k_pe] row in place: row t = b * S + s, or
+    slot_mapping[b, s] (int64; negative = padding, skipped). Returns k (B, S, H, dn + dr) and
+    v (B, S, H, dv), packed; q_a (B, S, Rq) normalized. A position outside the table gives that
+    token a NaN k_pe. No autograd: MLAKVProjection runs the reference math where gradients are
+    needed.
+    """
+    k, v, q_a = _mla_op(hidden, kv_a_weight, kv_a_norm_weight, kv_b_weight, num_heads,
+                        qk_nope_head_dim, v_head_dim, cos, sin, positions, cos_sin_cache,
+                        rope_style, eps, kv_cache, slot_mapping, q_a_weight, q_a_norm_weight)
+    return (k, v) if q_a_weight is None else (k, v, q_a)
+
+
+def mla_kv_first_stage(hidden, kv_a_weight, kv_a_norm_weight, kv_cache, *, cos=None, sin=None,
+                       positions=None, cos_sin_cache=None, rope_style="interleave", eps=1e-6,
+                       slot_mapping=None, q_a_weight=None, q_a_norm_weight=None):
+    """Stage A alone (torch.ops.latentkv.mla_kv_first_stage): writes the [c | k_pe] rows into
+    kv_cache (num_slots, R + dr) in place, densely or through slot_mapping, and returns q_a
+    (B, S, Rq) when q_a_weight is given, else None. Arguments as in mla_kv."""
+    q_a = _mla_first_op(hidden, kv_a_weight, kv_a_norm_weight, kv_cache, cos, sin, positions,
+                        cos_sin_cache, rope_style, eps, slot_mapping, q_a_weight, q_a_norm_weight)
+    return None if q_a_weight is None else q_a
+
+
+def mla_kv_second_stage(kv_b_weight, num_heads, *, qk_nope_head_dim, v_head_dim, latent=None,
+                        k_pe=None, kv_cache=None, slot_mapping=None):
+    """Stage B alone (torch.ops.latentkv.mla_kv_second_stage): (k, v) from latent (B, S, R) and
+    k_pe (B, S, dr, already rotated), or from kv_cache (num_slots, R + dr) gathered through
+    slot_mapping (B, S); a token whose slot is negative or past the cache reads nothing and gets
+    zero K and V rows."""
+    return _mla_second_op(kv_b_weight, num_heads, qk_nope_head_dim, v_head_dim, latent, k_pe,
+                          kv_cache, slot_mapping)
+
+
+def cos_sin_from_freqs_cis(freqs_cis):
+    """(cos, sin) (B, S, dr) float, transformers' cat(freqs, freqs) form, from DeepseekV2's
+    complex rotary embedding (B, S, dr/2); pairs rotate as rope_style "gptj"."""
+    cos, sin = freqs_cis.real, freqs_cis.imag
+    return torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1)
+
+
+def _rms_norm(x, weight, eps):
+    # transformers' DeepSeek RMSNorm: statistics in float32 (or the input's wider type), the
+    # normalized value rounded to the input's dtype, then scaled.
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def _rope(x, cos, sin, style):
+    # x (B, S, dr); cos, sin (B, S, dr) per output column (transformers' form).
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    if style == "interleave":
+        return torch.cat([x1 * cos[..., :half] - x2 * sin[..., :half],
+                          x2 * cos[..., half:] + x1 * sin[..., half:]], dim=-1)
+    if style == "neox":
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+    if style == "gptj":
+        c, s = cos[..., :half], sin[..., :half]
+        return torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).flatten(-2)
+    raise ValueError(f"rope_style = {style!r}: expected 'interleave', 'gptj' or 'neox'")
+
+
+def _cos_sin_of_positions(positions, cos_sin_cache):
+    # vLLM's table to transformers' form; a position outside the table gives NaN (as mla.h says).
+    max_position, rope_dim = cos_sin_cache.shape
+    inside = (positions >= 0) & (positions < max_position)
+    rows = cos_sin_cache[positions.clamp(0, max_position - 1)]  # (B, S, dr)
+    rows = torch.where(inside[..., None], rows, torch.full_like(rows, float("nan")))
+    c, s = rows[..., :rope_dim // 2], rows[..., rope_dim // 2:]
+    return torch.cat([c, c], dim=-1), torch.cat([s, s], dim=-1)
+
+
+def _valid_slots(slot_mapping, num_slots):
+    return (slot_mapping >= 0) & (slot_mapping < num_slots)
+
+
+def reference_mla_kv_second_stage(kv_b_weight, num_heads, *, qk_nope_head_dim, v_head_dim,
+                                  latent=None, k_pe=None, kv_cache=None, slot_mapping=None):
+    """The unfused stage B (transformers' expand_kv), differentiable; arguments as in
+    mla_kv_second_stage."""
+    rank = kv_b_weight.shape[1]
+    if latent is None:
+        valid = _valid_slots(slot_mapping, kv_cache.shape[0])
+        rows = kv_cache[slot_mapping.clamp(0, kv_cache.shape[0] - 1)]  # (B, S, R + dr)
+        rows = torch.where(valid[..., None], rows, torch.zeros_like(rows))
+        latent, k_pe = rows[..., :rank], rows[..., rank:]
+    b, s, _ = latent.shape
+    kv = (latent @ kv_b_weight.t()).view(b, s, num_heads, qk_nope_head_dim + v_head_dim)
+    k = torch.cat([kv[..., :qk_nope_head_dim],
+                   k_pe[:, :, None, :].expand(b, s, num_heads, k_pe.shape[-1])], dim=-1)
+    return k, kv[..., qk_nope_head_dim:]
+
+
+def reference_mla_kv(hidden, kv_a_weight, kv_a_norm_weight, kv_b_weight, num_heads, *,
+                     qk_nope_head_dim, v_head_dim, cos=None, sin=None, positions=None,
+                     cos_sin_cache=None, rope_style="interleave", eps=1e-6, kv_cache=None,
+                     slot_mapping=None, q_a_weight=None, q_a_norm_weight=None):
+    """The unfused MLA KV path as transformers computes it (linear, split, RMSNorm, RoPE,
+    expand), differentiable, in the inputs' dtype (float64 inputs give a float64 reference).
+    Same arguments and results as mla_kv, the cache written the same way (outside autograd)."""
+    rank = kv_a_norm_weight.shape[0]
+    ckv = hidden @ kv_a_weight.t()
+    c = _rms_norm(ckv[..., :rank], kv_a_norm_weight, eps)
+    if positions is not None:
+        cos, sin = _cos_sin_of_positions(positions, cos_sin_cache)
+    k_pe = _rope(ckv[..., rank:], cos.to(ckv.dtype), sin.to(ckv.dtype), rope_style)
+    if kv_cache is not None:
+        with torch.no_grad():
+            rows = torch.cat([c, k_pe], dim=-1).reshape(-1, kv_cache.shape[1])  # (T, R + dr)
+            if slot_mapping is None:
+                kv_cache[:rows.shape[0]] = rows
+            else:
+                slots = slot_mapping.reshape(-1)
+                valid = _valid_slots(slots, kv_cache.shape[0])
+                kv_cache[slots[valid]] = rows[valid]
+    k, v = reference_mla_kv_second_stage(kv_b_weight, num_heads, qk_nope_head_dim=qk_nope_head_dim,
+                                         v_head_dim=v_head_dim, latent=c, k_pe=k_pe)
+    if q_a_weight is None:
+        return k, v
+    return k, v, _rms_norm(hidden @ q_a_weight.t(), q_a_norm_weight, eps)
+
+
+class MLARMSNorm(nn.Module):
+    """transformers' DeepSeek RMSNorm (weight, variance_epsilon; float32 statistics)."""
+
+    def __init__(self, hidden_size, eps=1e-6, *, device=None, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size, device=device, dtype=dtype))
+        self.variance_epsilon = eps
+
+    def forward(self, x):
+        return _rms_norm(x, self.weight, self.variance_epsilon)
+
+    def extra_repr(self):
+        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
+
+
+def _rope_style_of(config):
+    # DeepseekV2 rotates pairs through complex numbers (GPT-J's layout); DeepseekV3 interleaves,
+    # or rotates halves when rope_interleave is off.
+    if getattr(config, "model_type", "") == "deepseek_v2":
+        return "gptj"
+    return "interleave" if getattr(config, "rope_interleave", True) else "neox"
+
+
+class MLAKVProjection(nn.Module):
+    """The KV side of a DeepSeek MLA attention layer, with transformers' submodule names:
+    kv_a_proj_with_mqa (D -> R + dr), kv_a_layernorm (R), kv_b_proj (R -> H * (dn + dv)) and, with
+    q_lora_rank, q_a_proj (D -> Rq) and q_a_layernorm (Rq), so the matching entries of a
+    DeepseekV2Attention's / DeepseekV3Attention's state_dict load into it.
+
+    forward(hidden, cos=None, sin=None, *, positions=None, cos_sin_cache=None, kv_cache=None,
+    slot_mapping=None) -> (k, v), or (k, v, q_a) with q_a_proj; see mla_kv. The fused op runs when
+    autograd records nothing, the reference math (transformers') otherwise.
+    """
+
+    def __init__(self, hidden_size, kv_lora_rank, qk_rope_head_dim, num_heads, qk_nope_head_dim,
+                 v_head_dim, *, q_lora_rank=None, rope_style="interleave", eps=1e-6, device=None,
+                 dtype=None):
+        super().__init__()
+        for name, value in (("hidden_size", hidden_size), ("kv_lora_rank", kv_lora_rank),
+                            ("qk_rope_head_dim", qk_rope_head_dim), ("num_heads", num_heads),
+                            ("qk_nope_head_dim", qk_nope_head_dim), ("v_head_dim", v_head_dim)):
+            if value <= 0:
+                raise ValueError(f"{name} = {value} must be positive")
+        if q_lora_rank is not None and q_lora_rank <= 0:
+            raise ValueError(f"q_lora_rank = {q_lora_rank} must be positive or None")
+        if rope_style not in ROPE_STYLES:
+            raise ValueError(f"rope_style = {rope_style!r}: expected one of {ROPE_STYLES}")
+        factory = {"device": device, "dtype": dtype}
+        self.num_heads = num_heads
+        self.qk_nope_head_dim = qk_nope_head_dim
+        self.v_head_dim = v_head_dim
+        self.rope_style = rope_style
+        self.eps = eps
+        if q_lora_rank is not None:
+            self.q_a_proj = nn.Linear(hidden_size, q_lora_rank, bias=False, **factory)
+            self.q_a_layernorm = MLARMSNorm(q_lora_rank, eps, **factory)
+        else:
+            self.q_a_proj = self.q_a_layernorm = None
+        self.kv_a_proj_with_mqa = nn.Linear(hidden_size, kv_lora_rank + qk_rope_head_dim,
+                                            bias=False, **factory)
+        self.kv_a_layernorm = MLARMSNorm(kv_lora_rank, eps, **factory)
+        self.kv_b_proj = nn.Linear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim),
+                                   bias=False, **factory)
+
+    @classmethod
+    def from_config(cls, config, *, num_heads=None, device=None, dtype=None):
+        """From a transformers DeepseekV3Config / DeepseekV2Config (num_heads: a tensor-parallel
+        rank's share, default all of config.num_attention_heads)."""
+        if getattr(config, "attention_bias", False):
+            raise ValueError("config.attention_bias = True: latentkv's MLA path has no biases")
+        return cls(config.hidden_size, config.kv_lora_rank, config.qk_rope_head_dim,
+                   num_heads or config.num_attention_heads, config.qk_nope_head_dim,
+                   config.v_head_dim, q_lora_rank=config.q_lora_rank,
+                   rope_style=_rope_style_of(config), device=device, dtype=dtype)
+
+    def forward(self, hidden, cos=None, sin=None, *, positions=None, cos_sin_cache=None,
+                kv_cache=None, slot_mapping=None):
+        weights = [self.kv_a_proj_with_mqa.weight, self.kv_a_layernorm.weight,
+                   self.kv_b_proj.weight]
+        q_a = ((self.q_a_proj.weight, self.q_a_layernorm.weight) if self.q_a_proj is not None
+               else (None, None))
+        grads = _is_grad_enabled() and (hidden.requires_grad or any(
+            w is not None and w.requires_grad for w in weights + list(q_a)))
+        run = reference_mla_kv if grads else mla_kv
+        return run(hidden, *weights, self.num_heads, qk_nope_head_dim=self.qk_nope_head_dim,
+                   v_head_dim=self.v_head_dim, cos=cos, sin=sin, positions=positions,
+                   cos_sin_cache=cos_sin_cache, rope_style=self.rope_style, eps=self.eps,
+                   kv_cache=kv_cache, slot_mapping=slot_mapping, q_a_weight=q_a[0],
+                   q_a_norm_weight=q_a[1])
+
+    def extra_repr(self):
+        return (f"num_heads={self.num_heads}, qk_nope_head_dim={self.qk_nope_head_dim}, "
+                f"v_head_dim={self.v_head_dim}, rope_style={self.rope_style!r}, eps={self.eps}")

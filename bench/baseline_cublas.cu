@@ -74,14 +74,23 @@ void cublas_gemm_nt(cublasContext* handle, DType dtype, int64_t m, int64_t n, in
                                CUBLAS_GEMM_DEFAULT));
 }
 
-CublasBaseline::CublasBaseline(const Problem& problem, Stream stream)
-    : problem_(problem), stream_(stream) {
-  const size_t elem = static_cast<size_t>(element_size(problem.dtype));
-  const size_t t = static_cast<size_t>(problem.tokens());
+CublasHandle::CublasHandle(Stream stream) {
   BENCH_CHECK(cublasCreate(&handle_));
-  BENCH_CHECK(cublasSetStream(handle_, stream_));
+  BENCH_CHECK(cublasSetStream(handle_, stream));
   BENCH_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
   BENCH_CHECK(cublasSetWorkspace(handle_, workspace_, kWorkspaceBytes));
+}
+
+CublasHandle::~CublasHandle() {
+  // Teardown errors would only hide the first one; the bench exits right after a failure anyway.
+  cublasDestroy(handle_);
+  cudaFree(workspace_);
+}
+
+CublasBaseline::CublasBaseline(const Problem& problem, Stream stream)
+    : problem_(problem), stream_(stream), handle_(stream) {
+  const size_t elem = static_cast<size_t>(element_size(problem.dtype));
+  const size_t t = static_cast<size_t>(problem.tokens());
   BENCH_CHECK(cudaMalloc(&latent_, elem * t * static_cast<size_t>(problem.rank)));
   BENCH_CHECK(cudaMalloc(&k_, elem * t * static_cast<size_t>(problem.kv_width())));
   BENCH_CHECK(cudaMalloc(&v_, elem * t * static_cast<size_t>(problem.kv_width())));
@@ -92,17 +101,15 @@ CublasBaseline::~CublasBaseline() {
   cudaFree(v_);
   cudaFree(k_);
   cudaFree(latent_);
-  cublasDestroy(handle_);
-  cudaFree(workspace_);
 }
 
 void CublasBaseline::run(const Args& args) {
   const int64_t t = problem_.tokens(), d = problem_.model_dim, r = problem_.rank;
   const int64_t n = problem_.kv_width();
   const DType dt = problem_.dtype;
-  cublas_gemm(handle_, dt, t, r, d, args.hidden, args.w_down, latent_);
-  cublas_gemm(handle_, dt, t, n, r, latent_, args.w_up_k, k_);
-  cublas_gemm(handle_, dt, t, n, r, latent_, args.w_up_v, v_);
+  cublas_gemm(handle_.get(), dt, t, r, d, args.hidden, args.w_down, latent_);
+  cublas_gemm(handle_.get(), dt, t, n, r, latent_, args.w_up_k, k_);
+  cublas_gemm(handle_.get(), dt, t, n, r, latent_, args.w_up_v, v_);
 
   const int64_t elem = element_size(dt);
   const int64_t half_bytes = t * n * elem;

@@ -23,6 +23,21 @@ void cublas_gemm(cublasContext* handle, DType dtype, int64_t m, int64_t n, int64
 void cublas_gemm_nt(cublasContext* handle, DType dtype, int64_t m, int64_t n, int64_t k,
                     const void* a, int64_t lda, const void* w, int64_t ldw, void* c, int64_t ldc);
 
+// A cuBLAS handle on one stream with its own workspace, set once so that graph capture never has
+// it allocate (PyTorch does the same).
+class CublasHandle {
+ public:
+  explicit CublasHandle(Stream stream);
+  ~CublasHandle();
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  cublasContext* get() const { return handle_; }
+
+ private:
+  cublasContext* handle_ = nullptr;
+  void* workspace_ = nullptr;
+};
+
 class CublasBaseline {
  public:
   CublasBaseline(const Problem& problem, Stream stream);
@@ -36,8 +51,7 @@ class CublasBaseline {
  private:
   Problem problem_;
   Stream stream_;
-  cublasContext* handle_ = nullptr;
-  void* workspace_ = nullptr;
+  CublasHandle handle_;
   void* latent_ = nullptr;  // [T, R]
   void* k_ = nullptr;       // [T, N]
   void* v_ = nullptr;       // [T, N]

@@ -32,7 +32,6 @@ constexpr int kMaxReplays = 100000;
 // The ceilings: a copy of this size per direction, and a square GEMM of this size (as in design.md).
 constexpr size_t kCopyBytes = size_t{256} << 20;
 constexpr int64_t kGemmSize = 8192;
-constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -139,6 +138,13 @@ std::vector<float> from_device_format(const std::vector<unsigned char>& bytes, D
     }
   }
   return values;
+}
+
+std::vector<float> read_device(const void* data, size_t bytes, DType dtype, Stream stream) {
+  std::vector<unsigned char> host(bytes);
+  BENCH_CHECK(cudaMemcpyAsync(host.data(), data, bytes, cudaMemcpyDeviceToHost, stream));
+  BENCH_CHECK(cudaStreamSynchronize(stream));
+  return from_device_format(host, dtype);
 }
 
 namespace {
@@ -296,11 +302,7 @@ class CudaTarget final : public Target {
     BENCH_CHECK(cudaMemsetAsync(slab_ + offset_[kOut], 0xFF, bytes_[kOut], stream_));
   }
   std::vector<float> read_output() override {
-    std::vector<unsigned char> bytes(bytes_[kOut]);
-    BENCH_CHECK(cudaMemcpyAsync(bytes.data(), slab_ + offset_[kOut], bytes.size(),
-                               cudaMemcpyDeviceToHost, stream_));
-    BENCH_CHECK(cudaStreamSynchronize(stream_));
-    return from_device_format(bytes, problem_.dtype);
+    return read_device(slab_ + offset_[kOut], bytes_[kOut], problem_.dtype, stream_);
   }
 
   bool has_baseline() const override { return true; }
@@ -369,17 +371,13 @@ double measure_copy_gb_per_s(Stream stream) {
 // arithmetic is compared with).
 double measure_gemm_tflop_per_s(DType dtype, Stream stream) {
   const size_t bytes = static_cast<size_t>(kGemmSize * kGemmSize * element_size(dtype));
-  DeviceBuffer a(bytes), b(bytes), c(bytes), workspace(kCublasWorkspaceBytes);
+  DeviceBuffer a(bytes), b(bytes), c(bytes);
   fill_uniform(a.ptr, dtype, kGemmSize * kGemmSize, 1, stream);
   fill_uniform(b.ptr, dtype, kGemmSize * kGemmSize, 2, stream);
-  cublasHandle_t handle = nullptr;
-  BENCH_CHECK(cublasCreate(&handle));
-  BENCH_CHECK(cublasSetStream(handle, stream));
-  BENCH_CHECK(cublasSetWorkspace(handle, workspace.ptr, kCublasWorkspaceBytes));
+  const CublasHandle handle(stream);
   const double us = median_gpu_us(stream, [&] {
-    cublas_gemm(handle, dtype, kGemmSize, kGemmSize, kGemmSize, a.ptr, b.ptr, c.ptr);
+    cublas_gemm(handle.get(), dtype, kGemmSize, kGemmSize, kGemmSize, a.ptr, b.ptr, c.ptr);
   });
-  BENCH_CHECK(cublasDestroy(handle));
   return 2.0 * kGemmSize * kGemmSize * kGemmSize / (us * 1e6);
 }
 

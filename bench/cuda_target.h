@@ -48,6 +48,8 @@ class GpuSession {
 // tensor of dtype, and back.
 std::vector<unsigned char> to_device_format(const std::vector<float>& values, DType dtype);
 std::vector<float> from_device_format(const std::vector<unsigned char>& bytes, DType dtype);
+// A device tensor of `bytes` bytes in dtype, waited for on stream and read back as float.
+std::vector<float> read_device(const void* data, size_t bytes, DType dtype, Stream stream);
 // How many copies of an input set of set_bytes the timed calls cycle through: with config.rotate
 // enough to hold 3x the L2 cache when one set fits in it, else 1.
 int rotation_sets(size_t set_bytes, const GpuInfo& info, const TimingConfig& config);

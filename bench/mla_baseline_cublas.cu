@@ -12,14 +12,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "baseline_cublas.h"
 #include "cuda_check.h"
 
 namespace latentkv::bench {
 namespace {
 
-// cuBLAS's own workspace, set once so that capture never has it allocate (as PyTorch does).
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr int kNormThreads = 256;  // a block reduces one row of R = 512 or Rq = 1536
 constexpr int kRowThreads = 128;   // RoPE, the cache scatter and gather: one token per block
 constexpr int kCopyThreads = 256;
@@ -34,7 +31,9 @@ __device__ inline T from_float(float x);
 template <>
 __device__ inline float from_float<float>(float x) { return x; }
 template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 template <>
 __device__ inline __half from_float<__half>(float x) { return __float2half_rn(x); }
 
@@ -223,13 +222,9 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 MlaCublasBaseline::MlaCublasBaseline(const MlaProblem& problem, Stream stream)
-    : problem_(problem), stream_(stream) {
+    : problem_(problem), stream_(stream), handle_(stream) {
   const size_t elem = static_cast<size_t>(element_size(problem.dtype));
   const size_t t = static_cast<size_t>(problem.tokens());
-  BENCH_CHECK(cublasCreate(&handle_));
-  BENCH_CHECK(cublasSetStream(handle_, stream_));
-  BENCH_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
-  BENCH_CHECK(cublasSetWorkspace(handle_, workspace_, kWorkspaceBytes));
   const size_t ckv = static_cast<size_t>(problem.q_rank + problem.cache_width());
   BENCH_CHECK(cudaMalloc(&ckv_, elem * t * ckv));
   BENCH_CHECK(cudaMalloc(&c_, elem * t * static_cast<size_t>(problem.kv_rank)));
@@ -243,8 +238,6 @@ MlaCublasBaseline::~MlaCublasBaseline() {
   cudaFree(k_pe_);
   cudaFree(c_);
   cudaFree(ckv_);
-  cublasDestroy(handle_);
-  cudaFree(workspace_);
 }
 
 void MlaCublasBaseline::run(const MlaArgs& args) {
@@ -279,12 +272,12 @@ void MlaCublasBaseline::run_typed(const MlaArgs& a) {
     const bool merged = q == 0 || q_rows + q * a.q_a_weight_stride_row * eb ==
                                       static_cast<const char*>(a.kv_a_weight);
     if (merged) {
-      cublas_gemm_nt(handle_, p.dtype, t, ckv_ld, d, a.hidden, a.hidden_stride_seq,
+      cublas_gemm_nt(handle_.get(), p.dtype, t, ckv_ld, d, a.hidden, a.hidden_stride_seq,
                      q > 0 ? a.q_a_weight : a.kv_a_weight, a.kv_a_weight_stride_row, ckv, ckv_ld);
     } else {
-      cublas_gemm_nt(handle_, p.dtype, t, q, d, a.hidden, a.hidden_stride_seq, a.q_a_weight,
+      cublas_gemm_nt(handle_.get(), p.dtype, t, q, d, a.hidden, a.hidden_stride_seq, a.q_a_weight,
                      a.q_a_weight_stride_row, ckv, ckv_ld);
-      cublas_gemm_nt(handle_, p.dtype, t, r + dr, d, a.hidden, a.hidden_stride_seq,
+      cublas_gemm_nt(handle_.get(), p.dtype, t, r + dr, d, a.hidden, a.hidden_stride_seq,
                      a.kv_a_weight, a.kv_a_weight_stride_row, ckv + q, ckv_ld);
     }
     if (q > 0 && a.q_a != nullptr) {
@@ -321,7 +314,7 @@ void MlaCublasBaseline::run_typed(const MlaArgs& a) {
   }
 
   const int64_t head = p.nope_dim + p.v_dim;
-  cublas_gemm_nt(handle_, p.dtype, t, p.kv_b_rows(), r, c, r, a.kv_b_weight,
+  cublas_gemm_nt(handle_.get(), p.dtype, t, p.kv_b_rows(), r, c, r, a.kv_b_weight,
                  a.kv_b_weight_stride_row, kv_, p.kv_b_rows());
   const SplitShape shape{t * p.heads, p.heads, p.nope_dim, dr, p.v_dim, head, k_pe_ld,
                          a.k_stride_head, a.k_stride_seq, a.v_stride_head, a.v_stride_seq};

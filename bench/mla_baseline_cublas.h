@@ -15,9 +15,8 @@
 // run() allocates nothing and can be captured in a CUDA graph.
 #pragma once
 
+#include "baseline_cublas.h"
 #include "latentkv/latentkv.h"
-
-struct cublasContext;  // cublasHandle_t without including cuBLAS in C++ files
 
 namespace latentkv::bench {
 
@@ -39,8 +38,7 @@ class MlaCublasBaseline {
 
   MlaProblem problem_;
   Stream stream_;
-  cublasContext* handle_ = nullptr;
-  void* workspace_ = nullptr;
+  CublasHandle handle_;
   void* ckv_ = nullptr;   // [T, Rq + R + dr]: the first GEMM's output, k_pe rotated in place
   void* c_ = nullptr;     // [T, R]: c normalized (stage A) or gathered (stage B alone)
   void* k_pe_ = nullptr;  // [T, dr]: gathered (stage B alone)

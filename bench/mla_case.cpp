@@ -11,17 +11,13 @@
 #include <numeric>
 #include <random>
 
+#include "case_steps.h"
 #include "verify.h"
 
 namespace latentkv::bench {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-// Work allowed for the float64 reference of one case (single-threaded, about 1 GFLOP/s), as for
-// the projection's cases: all tokens of the small cases, an even sample of the large ones.
-constexpr double kReferenceFlops = 1e9;
-// Fewest tokens a sampled check covers, so that tile tails and the first and last rows are in.
-constexpr int64_t kMinCheckedTokens = 16;
 
 bool runs_first(const MlaProblem& p) { return p.stage != MlaStage::kSecond; }
 bool runs_second(const MlaProblem& p) { return p.stage != MlaStage::kFirst; }
@@ -216,12 +212,8 @@ MlaReferenceCheck::MlaReferenceCheck(const BenchCase& c, const MlaHostInputs& h,
   MlaProblem one = p;
   one.batch = 1;
   one.seq = 1;
-  const int64_t affordable = static_cast<int64_t>(max_flops / one.flops());
-  const int64_t count = std::min(t_all, std::max(kMinCheckedTokens, affordable));
-  // Evenly spread, first and last included; strictly increasing since count <= t_all.
-  for (int64_t i = 0; i < count; ++i) {
-    tokens_.push_back(count == 1 ? 0 : i * (t_all - 1) / (count - 1));
-  }
+  tokens_ = sample_tokens(t_all, one.flops(), max_flops);
+  const int64_t count = checked_tokens();
   if (count == t_all) {
     ref_ = testing::reference_mla(p, h.in, c.rope_form);
     return;
@@ -308,15 +300,10 @@ CaseResult run_mla_case(const BenchCase& c, Backend backend, Strategy strategy,
   target->describe(&result);
   result.input_sets = target->input_sets();
 
-  Options options;
-  options.backend = backend;
-  options.strategy = strategy;
-  options.stream = target->stream();
+  const Options options = fused_options(backend, strategy, target->stream());
   const Status chosen = select_strategy(p, target->args(0), options, &result.strategy);
   if (!chosen.ok()) {
-    result.outcome = Outcome::kRefused;
-    result.refusal = chosen.code();
-    result.message = chosen.message();
+    record_refusal(chosen, &result);
     if (!target->has_baseline()) return result;
   }
 
@@ -332,10 +319,7 @@ CaseResult run_mla_case(const BenchCase& c, Backend backend, Strategy strategy,
       fused = check.errors(target->read_outputs());
       result.fused.ran = true;
     } else {
-      result.outcome = status.code() == StatusCode::kCudaError ? Outcome::kError
-                                                                : Outcome::kRefused;
-      result.refusal = status.code();
-      result.message = status.message();
+      record_refusal(status, &result);
     }
   }
   MlaErrors baseline;
@@ -348,26 +332,8 @@ CaseResult run_mla_case(const BenchCase& c, Backend backend, Strategy strategy,
     result.baseline.error = worst_error(baseline);
   }
 
-  if (result.fused.ran) {
-    judge(p.dtype, fused, baseline, &result);
-    progress("fused: timing");
-    const Status status =
-        target->time([&](int set) { return run(p, target->args(set), options); }, &result.fused);
-    if (!status.ok()) {
-      result.outcome = Outcome::kError;
-      result.message = std::string("timing the fused call: ") + to_string(status.code()) + ": " +
-                       status.message();
-    }
-  }
-  if (result.baseline.ran) {
-    progress("baseline: timing");
-    target->time(
-        [&](int set) {
-          target->run_baseline(set);
-          return Status::Ok();
-        },
-        &result.baseline);
-  }
+  if (result.fused.ran) judge(p.dtype, fused, baseline, &result);
+  time_paths(*target, p, options, progress, &result);
   return result;
 }
 

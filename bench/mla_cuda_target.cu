@@ -125,11 +125,7 @@ class MlaCudaTarget final : public MlaTarget {
   // Tensor i of set 0 as float (empty when the call does not use it).
   std::vector<float> read(int i) {
     if (bytes_[i] == 0) return {};
-    std::vector<unsigned char> bytes(bytes_[i]);
-    BENCH_CHECK(cudaMemcpyAsync(bytes.data(), slab_ + offset_[i], bytes.size(),
-                               cudaMemcpyDeviceToHost, stream_));
-    BENCH_CHECK(cudaStreamSynchronize(stream_));
-    return from_device_format(bytes, case_.mla_problem.dtype);
+    return read_device(slab_ + offset_[i], bytes_[i], case_.mla_problem.dtype, stream_);
   }
 
   BenchCase case_;

@@ -36,6 +36,10 @@ copy, as PyTorch eager does) in the same run. With no options: the founding case
 S=96 D=256 R=48 H=4 Dh=32 float32) on the best backend present (CUDA if a GPU is found, else CPU).
 Cases too large for a quick float64 reference are checked on an even sample of tokens (each
 output row depends only on its own token), and every output element must be finite.
+An MLA preset or --sweep-mla-path runs the MLA KV path (mla.h) instead: every output (q_a, the
+cache rows, K, V) checked on its own (bf16/fp16: within 2x the baseline's error of that output),
+the baseline being cuBLAS GEMMs plus separate norm, RoPE, cache-write and concat kernels; its
+floor is the largest of one kernel launch, bytes / 4.2 TB/s and FLOPs / 670 TFLOP/s (fp32: 51).
 
 shape
   --preset NAME          start from a named case (default seed); presets:

@@ -163,7 +163,8 @@ void print_header(FILE* to, const RunInfo& run) {
 
 void print_case(FILE* to, const CaseResult& r) {
   const int64_t tokens = r.bench_case.tokens();
-  std::fprintf(to, "\n%s: %s\n", r.bench_case.name.c_str(), describe_problem(r.bench_case).c_str());
+  std::fprintf(to, "\n%s: %s\n", r.bench_case.name.c_str(),
+               describe_problem(r.bench_case).c_str());
   if (r.outcome == Outcome::kSkipped) {
     std::fprintf(to, "  skipped: %s\n", r.message.c_str());
     return;

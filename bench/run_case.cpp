@@ -4,17 +4,11 @@
 // fused call is reported with the library's message and the baseline is still timed.
 #include <string>
 
+#include "case_steps.h"
 #include "target.h"
 #include "verify.h"
 
 namespace latentkv::bench {
-namespace {
-
-// Work allowed for the float64 reference of one case (single-threaded, about 1 GFLOP/s): all
-// tokens of the small cases, an even sample of the large ones.
-constexpr double kReferenceFlops = 1e9;
-
-}  // namespace
 
 CaseResult run_case(const BenchCase& bench_case, Backend backend, Strategy strategy,
                     const TimingConfig& config, const TargetFactory& make_target,
@@ -31,15 +25,10 @@ CaseResult run_case(const BenchCase& bench_case, Backend backend, Strategy strat
   target->describe(&result);
   result.input_sets = target->input_sets();
 
-  Options options;
-  options.backend = backend;
-  options.strategy = strategy;
-  options.stream = target->stream();
+  const Options options = fused_options(backend, strategy, target->stream());
   const Status chosen = select_strategy(p, target->args(0), options, &result.strategy);
   if (!chosen.ok()) {
-    result.outcome = Outcome::kRefused;
-    result.refusal = chosen.code();
-    result.message = chosen.message();
+    record_refusal(chosen, &result);
     if (!target->has_baseline()) return result;
   }
 
@@ -55,10 +44,7 @@ CaseResult run_case(const BenchCase& bench_case, Backend backend, Strategy strat
       result.fused.error = check.error(target->read_output());
       result.fused.ran = true;
     } else {
-      result.outcome = status.code() == StatusCode::kCudaError ? Outcome::kError
-                                                                : Outcome::kRefused;
-      result.refusal = status.code();
-      result.message = status.message();
+      record_refusal(status, &result);
     }
   }
 
@@ -72,22 +58,8 @@ CaseResult run_case(const BenchCase& bench_case, Backend backend, Strategy strat
   if (result.fused.ran) {
     // NaN error or tolerance (an unknown baseline error) compares false: a fail, as it must.
     result.outcome = result.fused.error <= result.tolerance ? Outcome::kPass : Outcome::kFail;
-    progress("fused: timing");
-    status = target->time([&](int set) { return run(p, target->args(set), options); },
-                          &result.fused);
-    if (!status.ok()) {
-      result.outcome = Outcome::kError;
-      result.message = std::string("timing the fused call: ") + to_string(status.code()) + ": " +
-                       status.message();
-    }
   }
-  progress("baseline: timing");
-  target->time(
-      [&](int set) {
-        target->run_baseline(set);
-        return Status::Ok();
-      },
-      &result.baseline);
+  time_paths(*target, p, options, progress, &result);
   return result;
 }
 

@@ -14,6 +14,17 @@ constexpr int64_t kMinCheckedTokens = 16;
 
 }  // namespace
 
+std::vector<int64_t> sample_tokens(int64_t t_all, double token_flops, double max_flops) {
+  const int64_t affordable = static_cast<int64_t>(max_flops / token_flops);
+  const int64_t count = std::min(t_all, std::max(kMinCheckedTokens, affordable));
+  // Evenly spread, first and last included; strictly increasing since count <= t_all.
+  std::vector<int64_t> tokens;
+  for (int64_t i = 0; i < count; ++i) {
+    tokens.push_back(count == 1 ? 0 : i * (t_all - 1) / (count - 1));
+  }
+  return tokens;
+}
+
 ReferenceCheck::ReferenceCheck(const Problem& problem, const testing::HostInputs& inputs,
                                double max_flops)
     : problem_(problem) {
@@ -21,12 +32,8 @@ ReferenceCheck::ReferenceCheck(const Problem& problem, const testing::HostInputs
   Problem one = problem;
   one.batch = 1;
   one.seq = 1;
-  const int64_t affordable = static_cast<int64_t>(max_flops / one.flops());
-  const int64_t count = std::min(t_all, std::max(kMinCheckedTokens, affordable));
-  // Evenly spread, first and last included; strictly increasing since count <= t_all.
-  for (int64_t i = 0; i < count; ++i) {
-    tokens_.push_back(count == 1 ? 0 : i * (t_all - 1) / (count - 1));
-  }
+  tokens_ = sample_tokens(t_all, one.flops(), max_flops);
+  const int64_t count = checked_tokens();
 
   if (count == t_all) {
     testing::reference_kv_proj(problem, inputs, &ref_, nullptr);

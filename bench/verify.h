@@ -13,6 +13,14 @@
 
 namespace latentkv::bench {
 
+// Work allowed for the float64 reference of one case (single-threaded, about 1 GFLOP/s): all
+// tokens of the small cases, an even sample of the large ones.
+constexpr double kReferenceFlops = 1e9;
+
+// The tokens a float64 check covers: all t_all when their reference fits in max_flops (token_flops
+// each), else an even sample of at least 16, first and last included, ascending.
+std::vector<int64_t> sample_tokens(int64_t t_all, double token_flops, double max_flops);
+
 class ReferenceCheck {
  public:
   // max_flops bounds the work of the float64 reference; all tokens are checked when they fit.

@@ -70,7 +70,9 @@ inline bool decode_tc_use_wide_tiles(int64_t wide_tiles, bool wide_fits, int sm_
 // cuda-decode float32: tokens per pass, T itself for one or two (a 4-token pass for one token
 // cost twice the time: the kernels are instruction-bound), else 4 (registers for two stages on
 // one SM).
-inline int decode_fp32_token_group(int64_t tokens) { return tokens <= 2 ? static_cast<int>(tokens) : 4; }
+inline int decode_fp32_token_group(int64_t tokens) {
+  return tokens <= 2 ? static_cast<int>(tokens) : 4;
+}
 // cuda-gemm: K and V as one GEMM batched over {w_up_k, w_up_v} in bf16/fp16 (the up projection's
 // CTAs fill the GPU together); float32 keeps two GEMMs (cuBLAS's batched FFMA kernels were
 // slower at some sizes).

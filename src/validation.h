@@ -1,7 +1,8 @@
 // Validation helpers shared by the API layers of every operation (api.cpp for the projection,
 // mla/api.cpp for the MLA path): tensor layouts as (extent, stride) lists checked for negative or
 // overlapping strides and int64 overflow, byte ranges for the aliasing checks, and the
-// dimension checks (positive, or non-negative where an operation computes empty sums). Every refusal names the argument and its value.
+// dimension checks (positive, or non-negative where an operation computes empty sums). Every
+// refusal names the argument and its value.
 #pragma once
 
 #include <cstdint>

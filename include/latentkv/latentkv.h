@@ -51,6 +51,9 @@ enum class Backend { kAuto, kCpu, kCuda };
 const char* to_string(Backend backend);
 
 // The shape of one call. T = batch * seq tokens, N = heads * head_dim output columns per half.
+// Any dimension may be 0 (negative ones are refused): run() then writes what the unfused matmuls
+// give, without a strategy: nothing where T or N is 0 (but the latent, where only N is 0), out
+// zeros where R or D is 0 (empty sums), the latent zeros where D is 0.
 struct Problem {
   int64_t batch = 0;      // B
   int64_t seq = 0;        // S
@@ -70,7 +73,8 @@ struct Problem {
 };
 
 // Pointers and element strides. The innermost dimension of every tensor is contiguous (stride 1);
-// outer strides may be padded but never make rows overlap (stride >= extent * inner stride).
+// outer strides may be padded but never make rows overlap (stride >= extent * inner stride). A
+// tensor with no elements (a zero dimension) may be null.
 struct Args {
   const void* hidden = nullptr;  // [B, S, D]
   int64_t hidden_stride_batch = 0;
@@ -120,8 +124,8 @@ enum class Strategy {
                 // stacked output (no stack copy); the latent goes to args.latent or the workspace
   kCudaDecode,  // CUDA: few tokens (<= 16) and large weights: the weights streamed over every SM
                 // (float32: three FFMA launches chained by programmatic dependent launch;
-                // bf16/fp16: one cooperative launch on tensor cores, a block on every SM at
-                // once, so it does not run beside other kernels; where fewer SMs are available
+                // bf16/fp16, sm_90 only: one cooperative launch on tensor cores (TMA), a block
+                // on every SM at once, so it does not run beside other kernels; where fewer SMs are available
                 // than the device reports (MPS limits, green contexts) the launch is refused
                 // with kUnsupported, and kAuto runs cuda-gemm instead); needs the workspace
   // The MLA path (latentkv/mla.h):
@@ -153,7 +157,8 @@ int64_t workspace_size(const Problem& problem, const Options& options = {},
 // Validates everything run() needs; writes and launches nothing.
 Status check(const Problem& problem, const Args& args, const Options& options = {});
 
-// The strategy run() would use, or the refusal check() would give.
+// The strategy run() would use, or the refusal check() would give; options.strategy for a problem
+// with a zero dimension, which no strategy computes.
 Status select_strategy(const Problem& problem, const Args& args, const Options& options,
                        Strategy* strategy);
 

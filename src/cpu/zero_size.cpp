@@ -21,7 +21,9 @@ Status run_cpu_zero_size(const Problem& p, const Args& a) {
       const float* x = hidden + b * a.hidden_stride_batch + s * a.hidden_stride_seq;
       for (int64_t r = 0; r < p.rank; ++r) {
         double sum = 0.0;
-        for (int64_t d = 0; d < p.model_dim; ++d) sum += double{x[d]} * w_down[d * a.w_down_stride_row + r];
+        for (int64_t d = 0; d < p.model_dim; ++d) {
+          sum += double{x[d]} * w_down[d * a.w_down_stride_row + r];
+        }
         row[r] = static_cast<float>(sum);
       }
     }

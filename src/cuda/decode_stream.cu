@@ -4,10 +4,10 @@
 // streaming the weights from HBM once, so the work is cut to put every SM on the weight stream with
 // all of its loads in flight at once, and the stages are chained with programmatic dependent launch
 // (PDL) so that the up-projection weights are already on their way while the down projection runs:
-//   1. kv_proj_decode_fp32_down    grid (R / kDownCols column tiles, chunks of D): each block reads a
-//                      (32 * loads) x kDownCols tile of w_down (every load issued before any use),
-//                      multiplies by the staged hidden rows and writes partials[chunk][t][r];
-//                      chunks are few (~128-224 blocks in all).
+//   1. kv_proj_decode_fp32_down    grid (R / kDownCols column tiles, chunks of D): each block
+//                      reads a (32 * loads) x kDownCols tile of w_down (every load issued before
+//                      any use), multiplies by the staged hidden rows and writes
+//                      partials[chunk][t][r]; chunks are few (~128-224 blocks in all).
 //   2. kv_proj_decode_fp32_reduce  latent[t][r] = sum over chunks, in a fixed order
 //                      (deterministic), for stage 3 and the caller's latent output.
 //   3. kv_proj_decode_fp32_up      persistent, two blocks per SM, over tiles of 16 columns of
@@ -16,9 +16,8 @@
 //                      current one is multiplied by the latent and written straight into the
 //                      stacked output (any head stride: heads need not be packed).
 // On sm_90, stages 2 and 3 are launched with the programmatic-stream-serialization attribute
-// (below it, plain stream order): their blocks
-// start once every block of the previous stage is running, and cudaGridDependencySynchronize()
-// holds them until that stage's memory is visible. Three launches on the caller's stream, no host
+// (below it, plain stream order): their blocks start once every block of the previous stage is
+// running, and cudaGridDependencySynchronize() holds them until that stage's memory is visible. Three launches on the caller's stream, no host
 // synchronization, graph-capturable; the scratch (partials and the latent) is the caller's
 // workspace. The element type stays a template parameter (the 16-byte vector width follows it),
 // instantiated for float only.

@@ -228,7 +228,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         const int t = i / quads, k = 4 * (i % quads), token = token0 + t;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (token < p.tokens) {
-          v = __ldg(reinterpret_cast<const float4*>(p.hidden + token_offset(token, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) + k));
+          const float* row =
+              p.hidden + token_offset(token, p.seq, p.hidden_stride_batch, p.hidden_stride_seq);
+          v = __ldg(reinterpret_cast<const float4*>(row + k));
         }
         hidden_t[(k + 0) * kTokens + t] = v.x;
         hidden_t[(k + 1) * kTokens + t] = v.y;
@@ -239,7 +241,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       for (int i = tid; i < kTokens * D; i += Config::kThreads) {
         const int t = i / D, k = i % D, token = token0 + t;
         hidden_t[k * kTokens + t] =
-            token < p.tokens ? __ldg(p.hidden + token_offset(token, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) + k) : 0.f;
+            token < p.tokens
+                ? __ldg(p.hidden +
+                        token_offset(token, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) + k)
+                : 0.f;
       }
     }
     __syncthreads();  // also orders the weight staging before first use

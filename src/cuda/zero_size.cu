@@ -35,7 +35,8 @@ struct ZeroSizeParams {
 };
 
 template <typename E>
-__global__ void __launch_bounds__(kThreads) kv_proj_zero_size(const __grid_constant__ ZeroSizeParams<E> p) {
+__global__ void __launch_bounds__(kThreads)
+    kv_proj_zero_size(const __grid_constant__ ZeroSizeParams<E> p) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (p.latent != nullptr) {

@@ -195,7 +195,8 @@ TEST(StrategyTable, PreferencesFollowTheMeasuredRegions) {
   const Problem one_token = shape(1, 1, 256, 48, 4, 32);  // both cuda-fused and decode won here
   EXPECT_TRUE(detail::cuda_fused_faster(one_token));
   EXPECT_TRUE(detail::cuda_decode_fp32_faster(one_token));
-  EXPECT_EQ(detail::cuda_decode_fp32_preferred(one_token), !detail::cuda_fused_preferred(one_token));
+  EXPECT_EQ(detail::cuda_decode_fp32_preferred(one_token),
+            !detail::cuda_fused_preferred(one_token));
   EXPECT_TRUE(detail::cuda_decode_fp32_preferred(kV3));
   EXPECT_FALSE(detail::cuda_gemm_preferred(kV3));
   EXPECT_TRUE(detail::cuda_gemm_preferred(shape(1, 2, 7168, 512, 128, 128)));

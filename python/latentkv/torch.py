@@ -196,6 +196,13 @@ _mla_first_op = torch.ops.latentkv.mla_kv_first_stage.default
 _mla_second_op = torch.ops.latentkv.mla_kv_second_stage.default
 
 
+def _batch_rows(batch, *tables):
+    # transformers' rotary embedding returns (1, S, dr) for position ids shared by the batch;
+    # latentkv reads one row per token (an input may not overlap itself), so copy it per batch.
+    return tuple(t.expand(batch, *t.shape[1:]).contiguous()
+                 if t is not None and t.shape[0] == 1 and batch > 1 else t for t in tables)
+
+
 def mla_kv(hidden, kv_a_weight, kv_a_norm_weight, kv_b_weight, num_heads, *, qk_nope_head_dim,
            v_head_dim, cos=None, sin=None, positions=None, cos_sin_cache=None,
            rope_style="interleave", eps=1e-6, kv_cache=None, slot_mapping=None, q_a_weight=None,
@@ -213,8 +220,10 @@ def mla_kv(hidden, kv_a_weight, kv_a_norm_weight, kv_b_weight, num_heads, *, qk_
     slot_mapping[b, s] (int64; negative = padding, skipped). Returns k (B, S, H, dn + dr) and
     v (B, S, H, dv), packed; q_a (B, S, Rq) normalized. A position outside the table gives that
     token a NaN k_pe. No autograd: MLAKVProjection runs the reference math where gradients are
-    needed.
+    needed. cos, sin and positions may have one batch row shared by all (transformers' form for
+    shared position ids).
     """
+    cos, sin, positions = _batch_rows(hidden.shape[0], cos, sin, positions)
     k, v, q_a = _mla_op(hidden, kv_a_weight, kv_a_norm_weight, kv_b_weight, num_heads,
                         qk_nope_head_dim, v_head_dim, cos, sin, positions, cos_sin_cache,
                         rope_style, eps, kv_cache, slot_mapping, q_a_weight, q_a_norm_weight)
@@ -227,6 +236,7 @@ def mla_kv_first_stage(hidden, kv_a_weight, kv_a_norm_weight, kv_cache, *, cos=N
     """Stage A alone (torch.ops.latentkv.mla_kv_first_stage): writes the [c | k_pe] rows into
     kv_cache (num_slots, R + dr) in place, densely or through slot_mapping, and returns q_a
     (B, S, Rq) when q_a_weight is given, else None. Arguments as in mla_kv."""
+    cos, sin, positions = _batch_rows(hidden.shape[0], cos, sin, positions)
     q_a = _mla_first_op(hidden, kv_a_weight, kv_a_norm_weight, kv_cache, cos, sin, positions,
                         cos_sin_cache, rope_style, eps, slot_mapping, q_a_weight, q_a_norm_weight)
     return None if q_a_weight is None else q_a

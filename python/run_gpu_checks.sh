@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python side on a GPU machine in one go, offline: build and install latentkv into the current
 # Python (no downloads: scikit-build-core, nanobind, numpy, torch and pytest must be installed),
-# run every Python test (the CUDA ones too), then the PyTorch benchmark.
+# run every Python test (the CUDA ones too), then the PyTorch benchmarks (the projection's, and the
+# MLA KV path's against transformers' code).
 #   bash python/run_gpu_checks.sh [results dir]      (default: $OUT, else ./python-gpu-results)
 # CMAKE_CUDA_ARCHITECTURES (default 90a) and PIP_ARGS (e.g. --break-system-packages) pass through.
 set -euo pipefail
@@ -20,5 +21,7 @@ status=0
 "$python" -m pytest python/tests -q -rs -p no:cacheprovider --junitxml="$results/pytest.xml" ||
   status=$?
 "$python" python/bench/bench_torch.py --json "$results/bench_torch.json" | tee "$results/bench_torch.txt" ||
+  status=$?
+"$python" python/bench/bench_mla.py --json "$results/bench_mla.json" | tee "$results/bench_mla.txt" ||
   status=$?
 exit "$status"

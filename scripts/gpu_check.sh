@@ -8,7 +8,8 @@
 #   SANITIZE_FILTER   gtest filter for compute-sanitizer (default: every GPU test)
 #   BENCH_ARGS        latentkv-bench arguments of the bench stage (default: --sweep, then --sweep-mla)
 #   AB_TAR            ab: a `git archive` of the earlier tree (e.g. .carry/base.tar); both trees'
-#                     latentkv-bench run --sweep and --sweep-mla in alternating order, twice
+#                     latentkv-bench run --sweep and --sweep-mla in alternating order,
+#                     AB_ROUNDS times (default 2)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -84,7 +85,7 @@ if want ab; then
     build_tree build-ab-src build-ab "$LOGS/build_ab.log"; rc=$?
     note "ab: earlier tree build rc=$rc"
     if [ $rc -eq 0 ]; then
-      for round in 1 2; do
+      for round in $(seq 1 "${AB_ROUNDS:-2}"); do
         order=(new old); [ $round -eq 2 ] && order=(old new)
         for sweep in --sweep --sweep-mla; do
           for tree in "${order[@]}"; do

@@ -5,6 +5,7 @@
 // reaches no strategy, and run_*_zero_size writes what the unfused math gives (empty sums).
 #include <cstdint>
 #include <sstream>
+#include <string>
 
 #include "backends.h"
 #include "latentkv/latentkv.h"
@@ -77,24 +78,25 @@ std::string Problem::to_string() const {
 
 Args contiguous_args(const Problem& p, const void* hidden, const void* w_down, const void* w_up_k,
                      const void* w_up_v, void* out, void* latent) {
+  using detail::wrapping_product;  // the problem is not checked yet
   Args a;
   a.hidden = hidden;
   a.hidden_stride_seq = p.model_dim;
-  a.hidden_stride_batch = p.seq * p.model_dim;
+  a.hidden_stride_batch = wrapping_product({p.seq, p.model_dim});
   a.w_down = w_down;
   a.w_down_stride_row = p.rank;
   a.w_up_k = w_up_k;
-  a.w_up_k_stride_row = p.kv_width();
+  a.w_up_k_stride_row = wrapping_product({p.heads, p.head_dim});
   a.w_up_v = w_up_v;
-  a.w_up_v_stride_row = p.kv_width();
+  a.w_up_v_stride_row = a.w_up_k_stride_row;
   a.out = out;
   a.out_stride_head = p.head_dim;
-  a.out_stride_seq = p.heads * p.head_dim;
-  a.out_stride_batch = p.seq * p.heads * p.head_dim;
-  a.out_stride_kv = p.batch * p.seq * p.heads * p.head_dim;
+  a.out_stride_seq = wrapping_product({p.heads, p.head_dim});
+  a.out_stride_batch = wrapping_product({p.seq, p.heads, p.head_dim});
+  a.out_stride_kv = wrapping_product({p.batch, p.seq, p.heads, p.head_dim});
   a.latent = latent;
   a.latent_stride_seq = p.rank;
-  a.latent_stride_batch = p.seq * p.rank;
+  a.latent_stride_batch = wrapping_product({p.seq, p.rank});
   return a;
 }
 
@@ -117,6 +119,7 @@ namespace {
 using detail::byte_range;
 using detail::check_layout;
 using detail::check_nonnegative;
+using detail::check_packed_bytes;
 using detail::Dim;
 using detail::invalid;
 using detail::overlaps;
@@ -149,6 +152,19 @@ Status check_problem(const Problem& p) {
     return invalid("problem.dtype = " + std::to_string(static_cast<int>(p.dtype)) +
                    " is not a DType");
   }
+  // The packed tensors within 2^60 bytes (validation.h: kMaxPackedBytes), which bounds the latent
+  // in cuda-gemm's workspace and the sizes the strategies add up.
+  const int64_t eb = element_size(p.dtype);
+  LATENTKV_RETURN_IF_ERROR(check_packed_bytes("hidden", "problem.batch * seq * model_dim",
+                                              {p.batch, p.seq, p.model_dim}, eb));
+  LATENTKV_RETURN_IF_ERROR(
+      check_packed_bytes("w_down", "problem.model_dim * rank", {p.model_dim, p.rank}, eb));
+  LATENTKV_RETURN_IF_ERROR(check_packed_bytes("w_up_k", "problem.rank * heads * head_dim",
+                                              {p.rank, p.heads, p.head_dim}, eb));
+  LATENTKV_RETURN_IF_ERROR(check_packed_bytes("latent", "problem.batch * seq * rank",
+                                              {p.batch, p.seq, p.rank}, eb));
+  LATENTKV_RETURN_IF_ERROR(check_packed_bytes("out", "2 * problem.batch * seq * heads * head_dim",
+                                              {2, p.batch, p.seq, p.heads, p.head_dim}, eb));
   return Status::Ok();
 }
 

@@ -40,7 +40,8 @@ Status run_cuda_gemm(const Problem& problem, const Args& args, Stream stream);
 
 // cuda-decode, two rows of one strategy: float32 on FFMA kernels (decode_stream.cu), bf16/fp16 on
 // one cooperative tensor-core kernel for sm_90 (decode_tensor_core.cu). *_fits looks at the
-// problem alone and asks no device; *_workspace_size is 0 for a problem it does not fit.
+// problem alone and asks no device; *_workspace_size is defined only for a problem *_fits accepts
+// (the rows ask it for no other).
 // cuda_decode_args is what both ask of the arguments: 16-byte weight rows, a workspace of
 // `workspace_bytes` (strategies.cpp).
 Status cuda_decode_args(const Problem& problem, const Args& args, int64_t workspace_bytes);

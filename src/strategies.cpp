@@ -25,13 +25,19 @@ Status launch_cpu_blocked(const Problem& p, const Args& a, Stream) { return run_
 
 Status fused_takes(const Problem& p, const Args&) { return cuda_fused_fits(p); }
 
-int64_t decode_fp32_workspace(const Problem& p, bool) { return cuda_decode_fp32_workspace_size(p); }
+// table_workspace asks a row of every problem of its backend and dtype; the decode plans are
+// sized for the problems their fits checks accept, so a row asks its plan only for those.
+int64_t decode_fp32_workspace(const Problem& p, bool) {
+  return cuda_decode_fp32_fits(p).ok() ? cuda_decode_fp32_workspace_size(p) : 0;
+}
 Status decode_fp32_takes(const Problem& p, const Args& a) {
   LATENTKV_RETURN_IF_ERROR(cuda_decode_fp32_fits(p));
   return cuda_decode_args(p, a, cuda_decode_fp32_workspace_size(p));
 }
 
-int64_t decode_tc_workspace(const Problem& p, bool) { return cuda_decode_tc_workspace_size(p); }
+int64_t decode_tc_workspace(const Problem& p, bool) {
+  return cuda_decode_tc_fits(p).ok() ? cuda_decode_tc_workspace_size(p) : 0;
+}
 // cp.async.bulk.tensor and mbarrier waits are sm_90 instructions: below it the row steps aside.
 Status decode_tc_takes(const Problem& p, const Args& a) {
   LATENTKV_RETURN_IF_ERROR(cuda_require_compute_capability(9, "cuda-decode (bf16/fp16)"));

@@ -18,6 +18,8 @@ Status check_layout(const char* tensor, const Dim* dims, int rank, int64_t elem_
   }
   int64_t inner_extent = 1;  // elements covered by the dims inside the current one
   int64_t last = 0;
+  const Dim* widest = &dims[rank - 1];  // the dim that reaches furthest: named on a refusal
+  int64_t widest_reach = -1;
   for (int i = rank - 1; i >= 0; --i) {
     const Dim& d = dims[i];
     if (d.stride_name != nullptr) {
@@ -38,16 +40,26 @@ Status check_layout(const char* tensor, const Dim* dims, int rank, int64_t elem_
                      (d.stride_name ? d.stride_name : "its inner dimension") + " = " +
                      std::to_string(d.stride));
     }
+    if (reach > widest_reach) {
+      widest = &d;
+      widest_reach = reach;
+    }
     inner_extent = last + 1;
   }
   int64_t bytes = 0;
   if (__builtin_mul_overflow(last + 1, elem_bytes, &bytes)) {
-    return invalid(std::string(tensor) + " spans more than 2^63 bytes");
+    const std::string by =
+        widest->stride_name != nullptr
+            ? std::string(widest->stride_name) + " = " + std::to_string(widest->stride) +
+                  " over " + std::to_string(widest->extent) + " rows"
+            : "its " + std::to_string(widest->extent) + " contiguous elements";
+    return invalid(std::string(tensor) + " spans more than 2^63 bytes with " + by + " (" +
+                   std::to_string(last + 1) + " elements of " + std::to_string(elem_bytes) +
+                   " bytes)");
   }
   span->last = last;
   return Status::Ok();
 }
-
 
 Range byte_range(const char* name, const void* base, const Span& span, int64_t elem_bytes) {
   const uintptr_t b = reinterpret_cast<uintptr_t>(base);
@@ -55,6 +67,21 @@ Range byte_range(const char* name, const void* base, const Span& span, int64_t e
   return {name, b, b + static_cast<uintptr_t>((span.last + 1) * elem_bytes)};
 }
 
+
+Status check_packed_bytes(const char* tensor, const char* product,
+                          std::initializer_list<int64_t> factors, int64_t elem_bytes) {
+  int64_t bytes = elem_bytes;
+  bool over = false;
+  std::string values;
+  for (int64_t f : factors) {
+    if (f == 0) return Status::Ok();  // no elements
+    over = over || __builtin_mul_overflow(bytes, f, &bytes);
+    values += (values.empty() ? "" : " * ") + std::to_string(f);
+  }
+  if (!over && bytes <= kMaxPackedBytes) return Status::Ok();
+  return invalid(std::string(product) + " = " + values + " elements of " +
+                 std::to_string(elem_bytes) + " bytes: " + tensor + " would exceed 2^60 bytes");
+}
 
 Status check_positive(const char* name, int64_t value) {
   if (value <= 0) {

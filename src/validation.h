@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "latentkv/latentkv.h"
@@ -50,6 +51,23 @@ Range byte_range(const char* name, const void* base, const Span& span, int64_t e
 inline bool overlaps(const Range& a, const Range& b) {
   return a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end;
 }
+
+// The product of dimensions in wrapping (unsigned) arithmetic: for the dense strides that
+// contiguous_args() and contiguous_mla_args() compute before anything is checked; check() refuses
+// a problem whose products overflow, whatever strides it comes with.
+inline int64_t wrapping_product(std::initializer_list<int64_t> factors) {
+  uint64_t product = 1;
+  for (int64_t f : factors) product *= static_cast<uint64_t>(f);
+  return static_cast<int64_t>(product);
+}
+
+// Packed tensors of a problem are limited to 2^60 bytes, so that every size derived from them
+// (workspace regions, the weights' total) and the sums of a few such sizes fit in int64.
+constexpr int64_t kMaxPackedBytes = int64_t{1} << 60;
+// "<product> = <f0> * <f1> ... elements of <elem_bytes> bytes: <tensor> would exceed 2^60 bytes"
+// unless the product of `factors` (non-negative; product names the fields) times elem_bytes fits.
+Status check_packed_bytes(const char* tensor, const char* product,
+                          std::initializer_list<int64_t> factors, int64_t elem_bytes);
 
 // "problem.<name> = <value> must be positive" unless value > 0.
 Status check_positive(const char* name, int64_t value);

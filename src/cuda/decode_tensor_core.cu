@@ -446,13 +446,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 int rank_rows(const Problem& p) { return static_cast<int>(round_up<int64_t>(p.rank, kUpRowAlign)); }
+// Worked out in int64 with no divisor below 1, so that no problem divides by zero; the int fields
+// hold the values for the problems cuda_decode_tc_fits bounds (and saturate above them).
 DownPlan down_plan(const Problem& p) {
+  const auto to_int = [](int64_t v) { return static_cast<int>(std::min<int64_t>(v, INT_MAX)); };
+  const int64_t col_tiles = std::max<int64_t>(p.rank / kMmaCols, 1);
+  const int64_t want = std::clamp<int64_t>(kTargetDownItems / col_tiles, 1, kMaxChunks);
+  const int64_t chunk_rows =
+      std::max<int64_t>(round_up<int64_t>(ceil_div<int64_t>(p.model_dim, want), kDownRowAlign),
+                        kDownRowAlign);
   DownPlan d;
-  d.col_tiles = static_cast<int>(p.rank / kMmaCols);
-  const int64_t want = std::clamp<int64_t>(kTargetDownItems / d.col_tiles, 1, kMaxChunks);
-  d.chunk_rows =
-      static_cast<int>(round_up<int64_t>(ceil_div<int64_t>(p.model_dim, want), kDownRowAlign));
-  d.chunks = static_cast<int>(ceil_div<int64_t>(p.model_dim, d.chunk_rows));
+  d.col_tiles = to_int(col_tiles);
+  d.chunk_rows = to_int(chunk_rows);
+  d.chunks = to_int(ceil_div<int64_t>(p.model_dim, chunk_rows));
   return d;
 }
 int up_tiles(const Problem& p, int cols) {
@@ -625,7 +631,6 @@ Status refuse(const std::string& why) {
 
 // The down items' partial latents, [chunks][T][R] float32.
 int64_t cuda_decode_tc_workspace_size(const Problem& p) {
-  if (!cuda_decode_tc_fits(p).ok()) return 0;
   return static_cast<int64_t>(sizeof(float)) * down_plan(p).chunks * p.tokens() * p.rank;
 }
 

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common.h"
+#include "cuda/convert.h"
 #include "cuda/cuda_check.h"
 #include "cuda/mla_epilogue.h"
 
@@ -24,34 +26,10 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 static_assert(kThreads % 32 == 0, "whole warps: the reduction is per warp, then across warps");
 
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-
 // x as the dtype would hold it, back in float32 (the value written everywhere it goes).
 template <typename T>
 __device__ __forceinline__ float rounded(float x) {
   return to_float(from_float<T>(x));
-}
-
-__device__ __forceinline__ int64_t token_offset(int t, int seq, int64_t stride_batch,
-                                                int64_t stride_seq) {
-  return static_cast<int64_t>(t / seq) * stride_batch + static_cast<int64_t>(t % seq) * stride_seq;
 }
 
 // The cache row a token writes or reads: row t (dense) or slots[t]; null for padding (slot < 0),

@@ -79,32 +79,37 @@ std::string MlaProblem::to_string() const {
 }
 
 MlaArgs contiguous_mla_args(const MlaProblem& p) {
+  using detail::wrapping_product;  // the problem is not checked yet
+  const auto wrapping_sum = [](int64_t x, int64_t y) {
+    return static_cast<int64_t>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y));
+  };
+  const int64_t k_width = wrapping_sum(p.nope_dim, p.rope_dim);
   MlaArgs a;
   a.hidden_stride_seq = p.model_dim;
-  a.hidden_stride_batch = p.seq * p.model_dim;
+  a.hidden_stride_batch = wrapping_product({p.seq, p.model_dim});
   a.kv_a_weight_stride_row = p.model_dim;
   a.q_a_weight_stride_row = p.model_dim;
   a.positions_stride_seq = 1;
   a.positions_stride_batch = p.seq;
   a.cos_sin_cache_stride_row = p.rope_dim;
   a.cos_stride_seq = p.rope_dim;
-  a.cos_stride_batch = p.seq * p.rope_dim;
+  a.cos_stride_batch = wrapping_product({p.seq, p.rope_dim});
   a.q_a_stride_seq = p.q_rank;
-  a.q_a_stride_batch = p.seq * p.q_rank;
-  a.kv_cache_stride_slot = p.cache_width();
+  a.q_a_stride_batch = wrapping_product({p.seq, p.q_rank});
+  a.kv_cache_stride_slot = wrapping_sum(p.kv_rank, p.rope_dim);
   a.slot_mapping_stride_seq = 1;
   a.slot_mapping_stride_batch = p.seq;
   a.latent_stride_seq = p.kv_rank;
-  a.latent_stride_batch = p.seq * p.kv_rank;
+  a.latent_stride_batch = wrapping_product({p.seq, p.kv_rank});
   a.k_pe_stride_seq = p.rope_dim;
-  a.k_pe_stride_batch = p.seq * p.rope_dim;
+  a.k_pe_stride_batch = wrapping_product({p.seq, p.rope_dim});
   a.kv_b_weight_stride_row = p.kv_rank;
-  a.k_stride_head = p.k_width();
-  a.k_stride_seq = p.heads * p.k_width();
-  a.k_stride_batch = p.seq * p.heads * p.k_width();
+  a.k_stride_head = k_width;
+  a.k_stride_seq = wrapping_product({p.heads, k_width});
+  a.k_stride_batch = wrapping_product({p.seq, p.heads, k_width});
   a.v_stride_head = p.v_dim;
-  a.v_stride_seq = p.heads * p.v_dim;
-  a.v_stride_batch = p.seq * p.heads * p.v_dim;
+  a.v_stride_seq = wrapping_product({p.heads, p.v_dim});
+  a.v_stride_batch = wrapping_product({p.seq, p.heads, p.v_dim});
   return a;
 }
 
@@ -112,6 +117,7 @@ namespace {
 
 using detail::byte_range;
 using detail::check_layout;
+using detail::check_packed_bytes;
 using detail::check_positive;
 using detail::Dim;
 using detail::invalid;
@@ -151,8 +157,9 @@ Status check_problem(const MlaProblem& p) {
   LATENTKV_RETURN_IF_ERROR(check_positive("v_dim", p.v_dim));
   int64_t n = 0;
   LATENTKV_RETURN_IF_ERROR(check_mul("problem.batch * problem.seq", p.batch, p.seq, &n));
-  if (__builtin_add_overflow(p.kv_rank, p.rope_dim, &n) ||
-      __builtin_add_overflow(n, p.q_rank, &n)) {
+  int64_t stage_a_width = 0;  // Rq + R + dr: the first GEMM's output row
+  if (__builtin_add_overflow(p.kv_rank, p.rope_dim, &stage_a_width) ||
+      __builtin_add_overflow(stage_a_width, p.q_rank, &stage_a_width)) {
     return invalid("problem.q_rank + kv_rank + rope_dim = " + std::to_string(p.q_rank) + " + " +
                    std::to_string(p.kv_rank) + " + " + std::to_string(p.rope_dim) +
                    " overflows int64");
@@ -192,6 +199,34 @@ Status check_problem(const MlaProblem& p) {
     s << "problem.eps = " << p.eps << " must be positive and finite";
     return invalid(s.str());
   }
+  // The stage's packed tensors within 2^60 bytes (validation.h: kMaxPackedBytes), which bounds
+  // the regions of cuda-mla-gemm's workspace (stage A's float32 [T, Rq + R + dr] GEMM output,
+  // the latent) and the sizes it adds up.
+  const int64_t eb = element_size(p.dtype);
+  LATENTKV_RETURN_IF_ERROR(check_packed_bytes("latent", "problem.batch * seq * kv_rank",
+                                              {p.batch, p.seq, p.kv_rank}, eb));
+  if (runs_first(p)) {
+    LATENTKV_RETURN_IF_ERROR(check_packed_bytes("hidden", "problem.batch * seq * model_dim",
+                                                {p.batch, p.seq, p.model_dim}, eb));
+    LATENTKV_RETURN_IF_ERROR(
+        check_packed_bytes("q_a_weight and kv_a_weight",
+                           "(problem.q_rank + kv_rank + rope_dim) * model_dim",
+                           {stage_a_width, p.model_dim}, eb));
+    LATENTKV_RETURN_IF_ERROR(
+        check_packed_bytes("stage A's float32 GEMM output",
+                           "problem.batch * seq * (q_rank + kv_rank + rope_dim)",
+                           {p.batch, p.seq, stage_a_width}, 4));
+  }
+  if (runs_second(p)) {
+    LATENTKV_RETURN_IF_ERROR(
+        check_packed_bytes("kv_b_weight", "problem.heads * (nope_dim + v_dim) * kv_rank",
+                           {p.heads, head_width, p.kv_rank}, eb));
+    LATENTKV_RETURN_IF_ERROR(
+        check_packed_bytes("k", "problem.batch * seq * heads * (nope_dim + rope_dim)",
+                           {p.batch, p.seq, p.heads, p.k_width()}, eb));
+    LATENTKV_RETURN_IF_ERROR(check_packed_bytes("v", "problem.batch * seq * heads * v_dim",
+                                                {p.batch, p.seq, p.heads, p.v_dim}, eb));
+  }
   return Status::Ok();
 }
 
@@ -208,6 +243,11 @@ struct Pointer {
 Status require(const Pointer& q, const char* why) {
   if (q.ptr == nullptr) return invalid(std::string("args.") + q.name + " is null; " + why);
   return Status::Ok();
+}
+
+// A tensor of the tokens ([B, S, ...]): with no tokens it has no elements and may be null.
+Status require_tokens(const MlaProblem& p, const Pointer& q, const char* why) {
+  return p.tokens() == 0 ? Status::Ok() : require(q, why);
 }
 
 Status forbid(const Pointer& q, const char* why) {
@@ -253,12 +293,14 @@ Status check_rope(const MlaProblem& p, const MlaArgs& a, Ranges* r) {
         "args.positions/cos_sin_cache and args.cos/sin are both set; give one RoPE form");
   }
   if (!vllm && !hf) {
+    if (p.tokens() == 0) return Status::Ok();  // cos and sin, empty
     return invalid("args.positions and args.cos are null; stage A needs RoPE from positions + "
                    "cos_sin_cache or from cos + sin");
   }
   const int64_t rb = element_size(p.rope_dtype);
   if (vllm) {
-    LATENTKV_RETURN_IF_ERROR(require({a.positions, "positions"}, "args.cos_sin_cache needs it"));
+    LATENTKV_RETURN_IF_ERROR(
+        require_tokens(p, {a.positions, "positions"}, "args.cos_sin_cache needs it"));
     LATENTKV_RETURN_IF_ERROR(
         require({a.cos_sin_cache, "cos_sin_cache"}, "args.positions index into it"));
     if (a.max_position <= 0) {
@@ -272,8 +314,8 @@ Status check_rope(const MlaProblem& p, const MlaArgs& a, Ranges* r) {
                       a.cos_sin_cache_stride_row, "args.cos_sin_cache_stride_row", p.rope_dim, rb,
                       &r->inputs);
   }
-  LATENTKV_RETURN_IF_ERROR(require({a.cos, "cos"}, "args.sin needs it"));
-  LATENTKV_RETURN_IF_ERROR(require({a.sin, "sin"}, "args.cos needs it"));
+  LATENTKV_RETURN_IF_ERROR(require_tokens(p, {a.cos, "cos"}, "args.sin needs it"));
+  LATENTKV_RETURN_IF_ERROR(require_tokens(p, {a.sin, "sin"}, "args.cos needs it"));
   LATENTKV_RETURN_IF_ERROR(add_token_tensor("cos", a.cos, a.cos_stride_batch,
                                             "args.cos_stride_batch", a.cos_stride_seq,
                                             "args.cos_stride_seq", p, p.rope_dim, rb, &r->inputs));
@@ -308,7 +350,7 @@ Status check_cache(const MlaProblem& p, const MlaArgs& a, bool written, Ranges* 
 Status check_first_stage(const MlaProblem& p, const MlaArgs& a, Ranges* r) {
   const int64_t eb = element_size(p.dtype);
   const char* needs = "stage A reads it";
-  LATENTKV_RETURN_IF_ERROR(require({a.hidden, "hidden"}, needs));
+  LATENTKV_RETURN_IF_ERROR(require_tokens(p, {a.hidden, "hidden"}, needs));
   LATENTKV_RETURN_IF_ERROR(require({a.kv_a_weight, "kv_a_weight"}, needs));
   LATENTKV_RETURN_IF_ERROR(require({a.kv_a_norm_weight, "kv_a_norm_weight"}, needs));
   LATENTKV_RETURN_IF_ERROR(add_token_tensor(
@@ -345,7 +387,8 @@ Status check_first_stage(const MlaProblem& p, const MlaArgs& a, Ranges* r) {
   } else if (a.slot_mapping != nullptr) {
     return invalid("args.slot_mapping is set but args.kv_cache is null");
   }
-  if (p.stage == MlaStage::kFirst && a.kv_cache == nullptr && a.q_a == nullptr) {
+  if (p.stage == MlaStage::kFirst && a.kv_cache == nullptr && a.q_a == nullptr &&
+      p.tokens() > 0) {
     return invalid("args.kv_cache and args.q_a are null: problem.stage = first writes nothing");
   }
   const char* made_here = "stage A makes c and k_pe itself";
@@ -357,8 +400,8 @@ Status check_second_stage(const MlaProblem& p, const MlaArgs& a, Ranges* r) {
   const int64_t eb = element_size(p.dtype);
   const char* needs = "stage B needs it";
   LATENTKV_RETURN_IF_ERROR(require({a.kv_b_weight, "kv_b_weight"}, needs));
-  LATENTKV_RETURN_IF_ERROR(require({a.k, "k"}, needs));
-  LATENTKV_RETURN_IF_ERROR(require({a.v, "v"}, needs));
+  LATENTKV_RETURN_IF_ERROR(require_tokens(p, {a.k, "k"}, needs));
+  LATENTKV_RETURN_IF_ERROR(require_tokens(p, {a.v, "v"}, needs));
   LATENTKV_RETURN_IF_ERROR(add_matrix("kv_b_weight", a.kv_b_weight, p.kv_b_rows(),
                                       a.kv_b_weight_stride_row, "args.kv_b_weight_stride_row",
                                       p.kv_rank, eb, &r->inputs));
@@ -384,8 +427,8 @@ Status check_second_stage(const MlaProblem& p, const MlaArgs& a, Ranges* r) {
     LATENTKV_RETURN_IF_ERROR(forbid(q, stage_b));
   }
   if (a.latent != nullptr || a.k_pe != nullptr) {
-    LATENTKV_RETURN_IF_ERROR(require({a.latent, "latent"}, "args.k_pe comes with it"));
-    LATENTKV_RETURN_IF_ERROR(require({a.k_pe, "k_pe"}, "args.latent comes with it"));
+    LATENTKV_RETURN_IF_ERROR(require_tokens(p, {a.latent, "latent"}, "args.k_pe comes with it"));
+    LATENTKV_RETURN_IF_ERROR(require_tokens(p, {a.k_pe, "k_pe"}, "args.latent comes with it"));
     if (a.kv_cache != nullptr || a.slot_mapping != nullptr) {
       return invalid("args.latent and args.kv_cache are both set: problem.stage = second reads "
                      "c and k_pe from one of them");
@@ -397,6 +440,7 @@ Status check_second_stage(const MlaProblem& p, const MlaArgs& a, Ranges* r) {
                             a.k_pe_stride_seq, "args.k_pe_stride_seq", p, p.rope_dim, eb,
                             &r->inputs);
   }
+  if (a.kv_cache == nullptr && p.tokens() == 0) return Status::Ok();  // latent and k_pe, empty
   LATENTKV_RETURN_IF_ERROR(require(
       {a.kv_cache, "kv_cache"},
       "problem.stage = second reads c and k_pe from args.latent + args.k_pe or from the cache"));
@@ -458,26 +502,26 @@ Status resolve(const Options& o, Backend* backend) {
 
 using Row = detail::StrategyRow<MlaProblem, MlaArgs>;
 
-// Validation, then the row that runs the call. With no tokens the arguments are not looked at
-// and no row is asked whether it takes them: the call is a no-op on the first row that computes
-// the problem's dtype on the backend (pointers may be null, as for empty tensors).
+// Validation, then the row that runs the call. With no tokens every check that does not depend
+// on T still applies (the tokens' tensors have no elements and may be null); no row is asked
+// whether it takes the call, which is a no-op on the first row that computes the problem's dtype
+// on the backend (the projection's rule for a zero dimension).
 Status select_row(const MlaProblem& p, const MlaArgs& a, const Options& o, const Row** row) {
   LATENTKV_RETURN_IF_ERROR(check_problem(p));
+  LATENTKV_RETURN_IF_ERROR(check_args(p, a));
   Backend backend = Backend::kAuto;
-  if (p.tokens() == 0) {
-    LATENTKV_RETURN_IF_ERROR(resolve(o, &backend));
-    for (const Row& r : detail::mla_strategy_table()) {
-      if (r.backend == backend && (r.dtypes & detail::dtype_bit(p.dtype)) &&
-          (o.strategy == Strategy::kAuto || o.strategy == r.id)) {
-        *row = &r;
-        return Status::Ok();
-      }
+  LATENTKV_RETURN_IF_ERROR(resolve(o, &backend));
+  const auto& table = detail::mla_strategy_table();
+  if (p.tokens() > 0) return detail::select_row(table, p, a, backend, o.strategy, row);
+  LATENTKV_RETURN_IF_ERROR(detail::match_rows(table, p, backend, o.strategy));
+  for (const Row& r : table) {
+    if (r.backend == backend && (r.dtypes & detail::dtype_bit(p.dtype)) &&
+        (o.strategy == Strategy::kAuto || o.strategy == r.id)) {
+      *row = &r;
+      break;
     }
-  } else {
-    LATENTKV_RETURN_IF_ERROR(check_args(p, a));
-    LATENTKV_RETURN_IF_ERROR(resolve(o, &backend));
   }
-  return detail::select_row(detail::mla_strategy_table(), p, a, backend, o.strategy, row);
+  return Status::Ok();
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // (an element written where it should not be, or left unwritten, shows).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -582,15 +583,60 @@ TEST(MlaCpu, RopeStylesDifferByTheColumnPermutation) {
   }
 }
 
-TEST(MlaCpu, ZeroTokensIsANoOp) {
-  MlaProblem p = small_problem(MlaStage::kBoth);
-  p.seq = 0;
-  const MlaArgs a;  // every pointer null
-  EXPECT_TRUE(check(p, a, cpu_options()).ok());
-  EXPECT_TRUE(run(p, a, cpu_options()).ok());
-  p.seq = 5;
-  p.batch = 0;
-  EXPECT_TRUE(run(p, a, cpu_options()).ok());
+// No tokens: a no-op that writes nothing, with every check that does not depend on T (the
+// projection's zero-size rule): the tokens' tensors may be null, the weights may not, and strides
+// keep their signs.
+TEST(MlaCpu, ZeroTokensChecksWhatDoesNotDependOnTokens) {
+  MlaCall c;
+  c.p = small_problem(MlaStage::kBoth);
+  c.cache = Cache::kPaged;
+  c.in = random_mla_inputs(c.p, 3);
+  build(&c);
+  const std::vector<float> cache_before = c.kv_cache;
+  for (const bool batch_zero : {false, true}) {
+    MlaProblem p = c.p;
+    (batch_zero ? p.batch : p.seq) = 0;
+    MlaArgs a = c.args;
+    a.hidden = nullptr;
+    a.positions = nullptr;
+    a.slot_mapping = nullptr;
+    a.q_a = nullptr;
+    a.k = nullptr;
+    a.v = nullptr;
+    Strategy s = Strategy::kAuto;
+    ASSERT_TRUE(select_strategy(p, a, cpu_options(), &s).ok());
+    EXPECT_EQ(s, Strategy::kCpuMla);
+    EXPECT_TRUE(run(p, a, cpu_options()).ok());
+    EXPECT_TRUE(run(p, c.args, cpu_options()).ok()) << "non-null empty tensors";
+
+    MlaArgs no_weight = a;
+    no_weight.kv_b_weight = nullptr;
+    const Status refused = check(p, no_weight, cpu_options());
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.message().find("args.kv_b_weight is null"), std::string::npos)
+        << refused.message();
+    MlaArgs negative = a;
+    negative.k_stride_seq = -1;
+    EXPECT_NE(check(p, negative, cpu_options()).message().find("args.k_stride_seq = -1"),
+              std::string::npos);
+    MlaArgs no_slots = a;
+    no_slots.num_slots = 0;
+    EXPECT_NE(check(p, no_slots, cpu_options()).message().find("args.num_slots = 0"),
+              std::string::npos);
+  }
+  EXPECT_TRUE(std::equal(c.kv_cache.begin(), c.kv_cache.end(), cache_before.begin(),
+                         [](float x, float y) { return std::isnan(x) ? std::isnan(y) : x == y; }))
+      << "a call with no tokens wrote the cache";
+
+  MlaProblem stage_b = small_problem(MlaStage::kSecond);
+  stage_b.seq = 0;
+  MlaArgs empty;  // latent, k_pe, k and v empty; kv_b_weight is not
+  EXPECT_NE(check(stage_b, empty, cpu_options()).message().find("args.kv_b_weight is null"),
+            std::string::npos);
+  std::vector<float> kv_b(static_cast<size_t>(stage_b.kv_b_rows() * stage_b.kv_rank), 0.f);
+  empty.kv_b_weight = kv_b.data();
+  empty.kv_b_weight_stride_row = stage_b.kv_rank;
+  EXPECT_TRUE(check(stage_b, empty, cpu_options()).ok());
 }
 
 TEST(MlaCpu, StrategyWorkspaceAndCounts) {

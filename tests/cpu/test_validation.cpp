@@ -328,15 +328,35 @@ TEST_F(Refusals, ElementCountsOverflowInt64) {
   q.head_dim = int64_t{1} << 33;
   expect_invalid(q, a, "problem.heads * problem.head_dim");
 
-  // T = 2^62 tokens of D = 4: every product fits, but hidden spans ~2^64 elements.
+  // T = 2^62 tokens of D = 4: every product fits in int64, but hidden would take 2^66 bytes.
   q = p;
   q.batch = int64_t{1} << 31;
   q.seq = int64_t{1} << 31;
   q.model_dim = 4;
-  Args b = a;
-  b.hidden_stride_seq = 4;
-  b.hidden_stride_batch = int64_t{1} << 33;
-  expect_invalid(q, b, "args.hidden_stride_batch");
+  expect_invalid(q, a, "problem.batch * seq * model_dim = 2147483648 * 2147483648 * 4 elements "
+                       "of 4 bytes: hidden would exceed 2^60 bytes");
+  // Every packed tensor is held to 2^60 bytes, so that the sizes derived from them fit in int64
+  // (cuda-gemm's latent in the workspace is T * R * element size).
+  q = p;
+  q.dtype = DType::kBFloat16;
+  q.batch = int64_t{1} << 29;
+  q.seq = 1;
+  q.rank = int64_t{1} << 31;
+  q.model_dim = int64_t{1} << 30;
+  expect_invalid(q, a, "problem.model_dim * rank");
+  q.model_dim = 1;
+  expect_invalid(q, a, "latent would exceed 2^60 bytes");
+  Options cuda;  // workspace_size() answers for the backend without asking for a device
+  cuda.backend = Backend::kCuda;
+  EXPECT_EQ(workspace_size(q, cuda, false), 0);
+  q.rank = int64_t{1} << 30;  // T * R * 2 = 2^60 bytes exactly: the problem passes
+  EXPECT_GT(workspace_size(q, cuda, false), int64_t{1} << 60);
+  q = p;
+  q.heads = int64_t{1} << 30;
+  q.head_dim = int64_t{1} << 29;
+  expect_invalid(q, a, "problem.rank * heads * head_dim");
+  q.rank = 0;  // w_up_k and w_up_v are empty; out is not
+  expect_invalid(q, a, "2 * problem.batch * seq * heads * head_dim");
 }
 
 TEST_F(Refusals, HugeStridesOverflowTheSpan) {
@@ -348,7 +368,8 @@ TEST_F(Refusals, HugeStridesOverflowTheSpan) {
   expect_invalid(b, "args.out_stride_kv");
   b = a;
   b.w_down_stride_row = kHuge / 8;  // the span fits in elements (~2^62), not in bytes
-  expect_invalid(b, "w_down spans more than 2^63 bytes");
+  expect_invalid(b, "w_down spans more than 2^63 bytes with args.w_down_stride_row = " +
+                       std::to_string(kHuge / 8));
   b = a;
   b.latent_stride_seq = kHuge / 2;
   expect_invalid(b, "args.latent_stride_seq");

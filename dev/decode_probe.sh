@@ -13,7 +13,7 @@ for preset in deepseek-v2-lite deepseek-v3; do
     $B --preset $preset --tokens 1,16 --dtype bfloat16 --strategy cuda-decode $rot 2>/dev/null | grep -E "^(deepseek|T=1 |T=16 )"
   done
 done
-ncu --clock-control none -k regex:"down_partials|reduce_latent|up_project" -c 3 \
+ncu --clock-control none -k regex:"kv_proj_decode_(fp32_(down|reduce|up)|tc_sm90)" -c 3 \
   --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
   $B --preset deepseek-v3 --tokens 1 --dtype bfloat16 --strategy cuda-decode --iters 3 --warmup 0 \
   > "$OUT/ncu_v3.txt" 2>&1

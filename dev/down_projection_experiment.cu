@@ -215,7 +215,7 @@ template <typename E>
 Status launch(const Problem& p, const Args& a, void* latent, int64_t latent_stride_batch,
               int64_t latent_stride_seq, Stream stream) {
   const DeviceFacts* facts = nullptr;
-  if (Status queried = current_device_facts<DownProjectionKernels>(&facts); !queried.ok()) {
+  if (Status queried = prepared_device<DownProjectionKernels>(&facts); !queried.ok()) {
     return queried;
   }
   DownParams<E> k;

@@ -2,8 +2,8 @@
 # Where the tensor-core decode kernel's time goes (bf16), for one call of each case in CASES
 # ("preset:T ..."): ncu's speed-of-light, launch and warp-stall metrics, and with SASS=1 the
 # hottest SASS instructions by warp-stall samples (to find a slow phase without dev switches in
-# src/). The GPU machine has no nsys. KERNEL (a regex) and STRATEGY profile another kernel, e.g.
-# KERNEL=down_projection STRATEGY=cuda-gemm.
+# src/). The GPU machine has no nsys. KERNEL (a regex; default kv_proj_decode_tc_sm90) and STRATEGY
+# profile another kernel, e.g. KERNEL=gemm STRATEGY=cuda-gemm (cuBLAS's kernels).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -13,7 +13,7 @@ B=build-gpu/bench/latentkv-bench
 for c in ${CASES:-deepseek-v2-lite:1 deepseek-v2-lite:16 deepseek-v3:1}; do
   preset=${c%:*}; t=${c#*:}
   ARGS="--preset $preset --tokens $t --dtype bfloat16 --strategy ${STRATEGY:-cuda-decode} --iters 5"
-  NCU="ncu --clock-control none --kernel-name regex:${KERNEL:-decode_kernel} --launch-skip 30 --launch-count 1"
+  NCU="ncu --clock-control none --kernel-name regex:${KERNEL:-kv_proj_decode_tc_sm90} --launch-skip 30 --launch-count 1"
   echo "== $preset T=$t"
   $NCU --section SpeedOfLight --section LaunchStats \
     --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \

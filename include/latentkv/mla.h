@@ -18,7 +18,9 @@
 //
 // check() asks for every dimension of the layer (D, R, dr even, H, dn, dv positive; Rq >= 0) in
 // every stage, also those the stage does not use, so one MlaProblem describes the layer. A call
-// with no tokens (batch or seq 0) is a no-op: its arguments are not looked at. A pointer the stage
+// with no tokens (batch or seq 0) is a no-op that check() still validates for everything that does
+// not depend on the tokens (weights, strides' signs, the cache), as the projection treats a zero
+// dimension; the tokens' tensors then have no elements and may be null. A pointer the stage
 // does not use (q_a_* with Rq = 0, stage A's inputs in kSecond, K/V/kv_b in kFirst, latent/k_pe
 // outside kSecond, both RoPE forms at once) is refused rather than ignored.
 //

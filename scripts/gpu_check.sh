@@ -81,8 +81,11 @@ if want ab; then
   if [ -z "${AB_TAR:-}" ] || [ ! -f "$AB_TAR" ]; then
     note "ab: AB_TAR (a git archive of the earlier tree) not found"
   else
-    rm -rf build-ab-src && mkdir -p build-ab-src && tar -xf "$AB_TAR" -C build-ab-src
-    build_tree build-ab-src build-ab "$LOGS/build_ab.log"; rc=$?
+    rc=0
+    if [ ! -x build-ab/bench/latentkv-bench ]; then
+      rm -rf build-ab-src && mkdir -p build-ab-src && tar -xf "$AB_TAR" -C build-ab-src
+      build_tree build-ab-src build-ab "$LOGS/build_ab.log"; rc=$?
+    fi
     note "ab: earlier tree build rc=$rc"
     if [ $rc -eq 0 ]; then
       for round in $(seq 1 "${AB_ROUNDS:-2}"); do

@@ -71,8 +71,8 @@ shape
 backend
   --backend NAME         auto | cpu | cuda (default auto)
   --strategy NAME        auto | cpu-blocked | cuda-fused | cuda-gemm | cuda-decode (projection),
-                         cpu-mla | cuda-mla-gemm (MLA): force one strategy (default auto); with
-                         --backend auto it also picks the backend
+                         cpu-mla | cuda-mla-gemm | cuda-mla-decode (MLA): force one strategy
+                         (default auto); with --backend auto it also picks the backend
 timing
   --warmup N             unmeasured runs first (default 10)
   --iters N              timed samples (default 100; GPU: graph replays and host loops)
@@ -150,6 +150,7 @@ Backend backend_of(Strategy strategy) {
     case Strategy::kCpuBlocked:
     case Strategy::kCpuMla: return Backend::kCpu;
     case Strategy::kCudaMlaGemm:
+    case Strategy::kCudaMlaDecode:
     case Strategy::kCudaFused:
     case Strategy::kCudaGemm:
     case Strategy::kCudaDecode: return Backend::kCuda;
@@ -304,11 +305,11 @@ int parse_options(int argc, char** argv, BenchOptions* options) {
       if (!parse_enum(value,
                       {Strategy::kAuto, Strategy::kCpuBlocked, Strategy::kCudaFused,
                        Strategy::kCudaGemm, Strategy::kCudaDecode, Strategy::kCpuMla,
-                       Strategy::kCudaMlaGemm},
+                       Strategy::kCudaMlaGemm, Strategy::kCudaMlaDecode},
                       &options->strategy)) {
         return bad_option("--strategy = '" + value +
                           "': expected auto, cpu-blocked, cuda-fused, cuda-gemm, cuda-decode, "
-                          "cpu-mla or cuda-mla-gemm");
+                          "cpu-mla, cuda-mla-gemm or cuda-mla-decode");
       }
     } else if (arg == "--seconds") {
       if (!parse_seconds(value, &options->timing.seconds)) {

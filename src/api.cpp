@@ -53,6 +53,7 @@ const char* to_string(Strategy strategy) {
     case Strategy::kCudaDecode: return "cuda-decode";
     case Strategy::kCpuMla: return "cpu-mla";
     case Strategy::kCudaMlaGemm: return "cuda-mla-gemm";
+    case Strategy::kCudaMlaDecode: return "cuda-mla-decode";
   }
   return "unknown strategy";
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "latentkv/latentkv.h"
+#include "latentkv/mla.h"
 
 namespace latentkv::detail {
 
@@ -35,6 +36,16 @@ constexpr int64_t kDecodeFp32MaxTokens = 4;
 // bf16/fp16 (one cooperative tensor-core kernel): its chain beats cuBLAS's launches up to 8
 // tokens of small weights (the A operand's re-reads per up tile grow with T).
 constexpr int64_t kDecodeTcMaxTokens = 8;
+
+// ---- cuda-mla-decode against cuda-mla-gemm (the MLA path) ----
+// Few tokens make both stages weight streams, which the decode kernels spread over every SM in
+// three chained launches where cuBLAS runs GEMV shapes on a fraction of them; 16 is also the most
+// its one MMA tile holds.
+constexpr int64_t kMlaDecodeMaxTokens = 16;
+inline bool cuda_mla_decode_preferred(const MlaProblem& p) {
+  return p.tokens() <= kMlaDecodeMaxTokens;
+}
+inline bool cuda_mla_gemm_preferred(const MlaProblem& p) { return !cuda_mla_decode_preferred(p); }
 
 // ---- launchers' variants ----
 // cuda-fused stages the weights in shared memory (resident configuration) once there are this

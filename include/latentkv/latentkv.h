@@ -132,6 +132,10 @@ enum class Strategy {
   kCpuMla,      // CPU: float32, the reference path
   kCudaMlaGemm, // CUDA: cuBLASLt GEMMs; norms, RoPE, the cache row and K's k_pe columns in one
                 // pass over the first GEMM's output; K and V written in place by the second
+  kCudaMlaDecode,  // CUDA, bf16/fp16, sm_80+: few tokens (<= 16): both stages' weights streamed
+                   // over every SM into tensor-core GEMVs, norms/RoPE/cache in a small epilogue,
+                   // stage B chained behind stage A (programmatic dependent launch, sm_90);
+                   // needs the workspace for stage A and 16-byte aligned weight/hidden rows
 };
 const char* to_string(Strategy strategy);
 

@@ -16,6 +16,7 @@
 #include "cuda/convert.h"
 #include "cuda/cuda_check.h"
 #include "cuda/mla_epilogue.h"
+#include "cuda/mla_rope.h"
 
 namespace latentkv::detail {
 namespace {
@@ -25,47 +26,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 static_assert(kThreads % 32 == 0, "whole warps: the reduction is per warp, then across warps");
-
-// x as the dtype would hold it, back in float32 (the value written everywhere it goes).
-template <typename T>
-__device__ __forceinline__ float rounded(float x) {
-  return to_float(from_float<T>(x));
-}
-
-// The cache row a token writes or reads: row t (dense) or slots[t]; null for padding (slot < 0),
-// for slots past the cache and without a cache.
-template <typename T>
-__device__ __forceinline__ T* cache_row(const MlaCacheRef& cache, int t, int seq) {
-  if (cache.rows == nullptr) return nullptr;
-  const int64_t slot =
-      cache.slots == nullptr
-          ? t
-          : cache.slots[token_offset(t, seq, cache.slots_stride_batch, cache.slots_stride_seq)];
-  if (slot < 0 || slot >= cache.num_slots) return nullptr;
-  return static_cast<T*>(cache.rows) + slot * cache.stride;
-}
-
-// Token t's K row [H, dn + dr] from its column dn on (k_pe's columns), or null.
-template <typename T>
-__device__ __forceinline__ T* k_pe_columns(const MlaKRef& k, int t, int seq, int nope_dim) {
-  if (k.data == nullptr) return nullptr;
-  return static_cast<T*>(k.data) + token_offset(t, seq, k.stride_batch, k.stride_seq) + nope_dim;
-}
-
-// RoPE pair i of dr/2 in each layout: inputs ia, ib rotated into outputs oa, ob; in
-// transformers' (cos, sin) form, output oa uses cos/sin column ja and ob column jb.
-struct RopePair {
-  int ia, ib, oa, ob, ja, jb;
-};
-
-__device__ __forceinline__ RopePair rope_pair(RopeStyle style, int i, int half) {
-  switch (style) {
-    case RopeStyle::kInterleave: return {2 * i, 2 * i + 1, i, i + half, i, i + half};
-    case RopeStyle::kGptJ: return {2 * i, 2 * i + 1, 2 * i, 2 * i + 1, i, i};
-    case RopeStyle::kNeox: break;
-  }
-  return {i, i + half, i, i + half, i, i + half};
-}
 
 template <typename T, typename RopeT>
 __global__ void __launch_bounds__(kThreads) mla_stage_a_epilogue_kernel(const MlaEpilogueParams p) {
@@ -85,45 +45,12 @@ __global__ void __launch_bounds__(kThreads) mla_stage_a_epilogue_kernel(const Ml
     }
   }
 
-  // RoPE. A position outside [0, max_position) reads nothing and makes the token's k_pe NaN.
+  // RoPE (mla_rope.h). A position outside [0, max_position) reads nothing: the token's k_pe NaN.
   const int half = p.rope_dim / 2;
   const float* pe_in = row + width;  // [dr]
-  const RopeT* table = nullptr;      // [dr]: the position's cos_sin_cache row
-  bool position_ok = true;
-  if (p.positions != nullptr) {
-    const int64_t pos =
-        p.positions[token_offset(t, p.seq, p.positions_stride_batch, p.positions_stride_seq)];
-    position_ok = pos >= 0 && pos < p.max_position;
-    if (position_ok) {
-      table = static_cast<const RopeT*>(p.cos_sin_cache) + pos * p.cos_sin_cache_stride;
-    }
-  }
-  const RopeT* cos = nullptr;  // [dr] each, transformers' form
-  const RopeT* sin = nullptr;
-  if (p.positions == nullptr) {
-    const int64_t offset = token_offset(t, p.seq, p.cos_stride_batch, p.cos_stride_seq);
-    cos = static_cast<const RopeT*>(p.cos) + offset;
-    sin = static_cast<const RopeT*>(p.sin) + offset;
-  }
+  const RopeAngles<RopeT> angles = rope_angles<RopeT>(p, t);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const RopePair r = rope_pair(p.style, i, half);
-    if (!position_ok) {
-      pe[r.oa] = pe[r.ob] = __int_as_float(0x7fc00000);
-      continue;
-    }
-    float ca, sa, cb, sb;
-    if (table != nullptr) {
-      ca = cb = to_float(table[i]);
-      sa = sb = to_float(table[half + i]);
-    } else {
-      ca = to_float(cos[r.ja]);
-      sa = to_float(sin[r.ja]);
-      cb = to_float(cos[r.jb]);
-      sb = to_float(sin[r.jb]);
-    }
-    const float x0 = pe_in[r.ia], x1 = pe_in[r.ib];
-    pe[r.oa] = rounded<T>(fmaf(x0, ca, -x1 * sa));
-    pe[r.ob] = rounded<T>(fmaf(x1, cb, x0 * sb));
+    rope_rotate_pair<T, RopeT>(p.style, angles, i, half, pe_in, pe);
   }
 
   for (int offset = 16; offset > 0; offset /= 2) {
@@ -151,7 +78,7 @@ __global__ void __launch_bounds__(kThreads) mla_stage_a_epilogue_kernel(const Ml
     }
   }
 
-  T* cache = cache_row<T>(p.cache, t, p.seq);  // [R + dr] or null
+  T* cache = mla_cache_row<T>(p.cache, t, p.seq);  // [R + dr] or null
   T* latent = p.latent == nullptr
                   ? nullptr
                   : static_cast<T*>(p.latent) + static_cast<int64_t>(t) * p.kv_rank;
@@ -166,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) mla_stage_a_epilogue_kernel(const Ml
       cache[p.kv_rank + j] = from_float<T>(pe[j]);
     }
   }
-  if (T* k = k_pe_columns<T>(p.k, t, p.seq, p.nope_dim); k != nullptr) {
+  if (T* k = mla_k_pe_columns<T>(p.k, t, p.seq, p.nope_dim); k != nullptr) {
     const int columns = p.heads * p.rope_dim;
     for (int idx = threadIdx.x; idx < columns; idx += blockDim.x) {
       const int h = idx / p.rope_dim, j = idx % p.rope_dim;
@@ -184,7 +111,7 @@ __global__ void __launch_bounds__(kThreads)
   if (p.k_pe != nullptr) {
     pe = static_cast<const T*>(p.k_pe) +
          token_offset(t, p.seq, p.k_pe_stride_batch, p.k_pe_stride_seq);
-  } else if ((c = cache_row<const T>(p.cache, t, p.seq)) != nullptr) {
+  } else if ((c = mla_cache_row<const T>(p.cache, t, p.seq)) != nullptr) {
     pe = c + p.kv_rank;
   }
   const T zero = from_float<T>(0.f);
@@ -192,7 +119,7 @@ __global__ void __launch_bounds__(kThreads)
     T* latent = static_cast<T*>(p.latent) + static_cast<int64_t>(t) * p.kv_rank;
     for (int i = threadIdx.x; i < p.kv_rank; i += blockDim.x) latent[i] = c ? c[i] : zero;
   }
-  T* k = k_pe_columns<T>(p.k, t, p.seq, p.nope_dim);
+  T* k = mla_k_pe_columns<T>(p.k, t, p.seq, p.nope_dim);
   const int columns = p.heads * p.rope_dim;
   for (int idx = threadIdx.x; idx < columns; idx += blockDim.x) {
     const int h = idx / p.rope_dim, j = idx % p.rope_dim;
@@ -220,6 +147,71 @@ Status launch_inputs(const MlaStageBInputParams& p, Stream stream) {
 }
 
 }  // namespace
+
+Status mla_elements_aligned(const MlaArgs& a, int64_t eb, int64_t rope_eb) {
+  const struct {
+    const char* name;
+    const void* ptr;
+    int64_t bytes;
+  } pointers[] = {{"args.hidden", a.hidden, eb},
+                  {"args.kv_a_weight", a.kv_a_weight, eb},
+                  {"args.kv_a_norm_weight", a.kv_a_norm_weight, eb},
+                  {"args.q_a_weight", a.q_a_weight, eb},
+                  {"args.q_a_norm_weight", a.q_a_norm_weight, eb},
+                  {"args.positions", a.positions, 8},
+                  {"args.cos_sin_cache", a.cos_sin_cache, rope_eb},
+                  {"args.cos", a.cos, rope_eb},
+                  {"args.sin", a.sin, rope_eb},
+                  {"args.q_a", a.q_a, eb},
+                  {"args.kv_cache", a.kv_cache, eb},
+                  {"args.slot_mapping", a.slot_mapping, 8},
+                  {"args.latent", a.latent, eb},
+                  {"args.k_pe", a.k_pe, eb},
+                  {"args.kv_b_weight", a.kv_b_weight, eb},
+                  {"args.k", a.k, eb},
+                  {"args.v", a.v, eb}};
+  for (const auto& ptr : pointers) {
+    if (ptr.ptr != nullptr && !is_aligned(ptr.ptr, ptr.bytes)) {
+      return {StatusCode::kInvalidArgument,
+              std::string(ptr.name) + " = " + std::to_string(reinterpret_cast<uintptr_t>(ptr.ptr)) +
+                  " is not aligned to its " + std::to_string(ptr.bytes) + "-byte elements"};
+    }
+  }
+  return Status::Ok();
+}
+
+MlaEpilogueParams mla_epilogue_params(const MlaProblem& p, const MlaArgs& a, int64_t q_rank) {
+  MlaEpilogueParams e{};
+  e.tokens = static_cast<int>(p.tokens());
+  e.seq = static_cast<int>(p.seq);
+  e.q_rank = static_cast<int>(q_rank);
+  e.kv_rank = static_cast<int>(p.kv_rank);
+  e.rope_dim = static_cast<int>(p.rope_dim);
+  e.heads = static_cast<int>(p.heads);
+  e.nope_dim = static_cast<int>(p.nope_dim);
+  e.eps = p.eps;
+  e.dtype = p.dtype;
+  e.rope_dtype = p.rope_dtype;
+  e.style = p.rope_style;
+  e.q_norm = q_rank > 0 ? a.q_a_norm_weight : nullptr;
+  e.kv_norm = a.kv_a_norm_weight;
+  e.positions = a.positions;
+  e.positions_stride_batch = a.positions_stride_batch;
+  e.positions_stride_seq = a.positions_stride_seq;
+  e.cos_sin_cache = a.cos_sin_cache;
+  e.cos_sin_cache_stride = a.cos_sin_cache_stride_row;
+  e.max_position = a.max_position;
+  e.cos = a.cos;
+  e.sin = a.sin;
+  e.cos_stride_batch = a.cos_stride_batch;
+  e.cos_stride_seq = a.cos_stride_seq;
+  e.q_a = q_rank > 0 ? a.q_a : nullptr;
+  e.q_a_stride_batch = a.q_a_stride_batch;
+  e.q_a_stride_seq = a.q_a_stride_seq;
+  e.cache = {a.kv_cache,     a.kv_cache_stride_slot,      a.num_slots,
+             a.slot_mapping, a.slot_mapping_stride_batch, a.slot_mapping_stride_seq};
+  return e;
+}
 
 Status launch_mla_stage_a_epilogue(const MlaEpilogueParams& p, Stream stream) {
   switch (p.dtype) {

@@ -56,6 +56,14 @@ struct MlaEpilogueParams {
   MlaKRef k;
 };
 
+// Every pointer of the call aligned to its elements (eb: the dtype's bytes, rope_eb: the RoPE
+// tables'); the refusal (kInvalidArgument) names the first that is not. Both CUDA strategies ask.
+Status mla_elements_aligned(const MlaArgs& a, int64_t eb, int64_t rope_eb);
+
+// The fields that come from the call as given (sizes, norms, RoPE, q_a, the cache), for q_rank
+// q_a rows (0 without q_a); ckv, ckv_ld, latent and k are the strategy's to set.
+MlaEpilogueParams mla_epilogue_params(const MlaProblem& p, const MlaArgs& a, int64_t q_rank);
+
 Status launch_mla_stage_a_epilogue(const MlaEpilogueParams& p, Stream stream);
 
 struct MlaStageBInputParams {

@@ -166,36 +166,9 @@ MlaKRef k_ref(const MlaArgs& a) {
 
 MlaEpilogueParams epilogue_params(const MlaProblem& p, const MlaArgs& a, int64_t q_rank,
                                   const float* ckv, int64_t ld, void* latent) {
-  MlaEpilogueParams e{};
+  MlaEpilogueParams e = mla_epilogue_params(p, a, q_rank);
   e.ckv = ckv;
   e.ckv_ld = ld;
-  e.tokens = static_cast<int>(p.tokens());
-  e.seq = static_cast<int>(p.seq);
-  e.q_rank = static_cast<int>(q_rank);
-  e.kv_rank = static_cast<int>(p.kv_rank);
-  e.rope_dim = static_cast<int>(p.rope_dim);
-  e.heads = static_cast<int>(p.heads);
-  e.nope_dim = static_cast<int>(p.nope_dim);
-  e.eps = p.eps;
-  e.dtype = p.dtype;
-  e.rope_dtype = p.rope_dtype;
-  e.style = p.rope_style;
-  e.q_norm = q_rank > 0 ? a.q_a_norm_weight : nullptr;
-  e.kv_norm = a.kv_a_norm_weight;
-  e.positions = a.positions;
-  e.positions_stride_batch = a.positions_stride_batch;
-  e.positions_stride_seq = a.positions_stride_seq;
-  e.cos_sin_cache = a.cos_sin_cache;
-  e.cos_sin_cache_stride = a.cos_sin_cache_stride_row;
-  e.max_position = a.max_position;
-  e.cos = a.cos;
-  e.sin = a.sin;
-  e.cos_stride_batch = a.cos_stride_batch;
-  e.cos_stride_seq = a.cos_stride_seq;
-  e.q_a = q_rank > 0 ? a.q_a : nullptr;
-  e.q_a_stride_batch = a.q_a_stride_batch;
-  e.q_a_stride_seq = a.q_a_stride_seq;
-  e.cache = cache_ref(a);
   e.latent = latent;
   if (runs_second(p)) e.k = k_ref(a);
   return e;
@@ -220,15 +193,6 @@ MlaStageBInputParams stage_b_input_params(const MlaProblem& p, const MlaArgs& a,
   }
   g.k = k_ref(a);
   return g;
-}
-
-Status misaligned(const char* name, const void* ptr, int64_t bytes) {
-  if (ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0) {
-    return Status::Ok();
-  }
-  return {StatusCode::kInvalidArgument,
-          std::string(name) + " = " + std::to_string(reinterpret_cast<uintptr_t>(ptr)) +
-              " is not aligned to its " + std::to_string(bytes) + "-byte elements"};
 }
 
 Status too_large(const char* what, int64_t value) {
@@ -261,31 +225,8 @@ Status mla_cuda_gemm_takes(const MlaProblem& p, const MlaArgs& a) {
   for (const auto& limit : limits) {
     if (limit.value > kMax) return too_large(limit.what, limit.value);
   }
-  const int64_t eb = element_size(p.dtype), rope_eb = element_size(p.rope_dtype);
-  const struct {
-    const char* name;
-    const void* ptr;
-    int64_t bytes;
-  } pointers[] = {{"args.hidden", a.hidden, eb},
-                  {"args.kv_a_weight", a.kv_a_weight, eb},
-                  {"args.kv_a_norm_weight", a.kv_a_norm_weight, eb},
-                  {"args.q_a_weight", a.q_a_weight, eb},
-                  {"args.q_a_norm_weight", a.q_a_norm_weight, eb},
-                  {"args.positions", a.positions, 8},
-                  {"args.cos_sin_cache", a.cos_sin_cache, rope_eb},
-                  {"args.cos", a.cos, rope_eb},
-                  {"args.sin", a.sin, rope_eb},
-                  {"args.q_a", a.q_a, eb},
-                  {"args.kv_cache", a.kv_cache, eb},
-                  {"args.slot_mapping", a.slot_mapping, 8},
-                  {"args.latent", a.latent, eb},
-                  {"args.k_pe", a.k_pe, eb},
-                  {"args.kv_b_weight", a.kv_b_weight, eb},
-                  {"args.k", a.k, eb},
-                  {"args.v", a.v, eb}};
-  for (const auto& ptr : pointers) {
-    LATENTKV_RETURN_IF_ERROR(misaligned(ptr.name, ptr.ptr, ptr.bytes));
-  }
+  LATENTKV_RETURN_IF_ERROR(
+      mla_elements_aligned(a, element_size(p.dtype), element_size(p.rope_dtype)));
   const WorkspaceLayout w = workspace_layout(p, q_rank_run(p, a), latent_in_workspace(p, a));
   if (w.used() > 0) {
     const int64_t pad = a.workspace == nullptr

@@ -8,7 +8,8 @@
 
 namespace latentkv::detail {
 
-// The MLA strategy table (mla/strategies.cpp), in fallback order: cpu-mla, cuda-mla-gemm.
+// The MLA strategy table (mla/strategies.cpp), in fallback order: cpu-mla, cuda-mla-decode
+// (cuda/mla_decode.h), cuda-mla-gemm.
 const StrategyTable<MlaProblem, MlaArgs>& mla_strategy_table();
 
 // CPU (src/mla/cpu_mla.cpp): float32, the reference path of every stage.

@@ -1,4 +1,5 @@
-// cuda-mla-gemm (the MLA path's CUDA backend) through the public API, against the float64
+// cuda-mla-gemm and cuda-mla-decode (the MLA path's CUDA strategies) through the public API,
+// against the float64
 // reference of tests/common/mla_reference.h: float32 within kMlaFloat32Tolerance, bf16/fp16 within
 // 2x the error of transformers' unfused computation in the same dtype (emulate_unfused_mla) on the
 // same inputs. Every stage, the three RoPE styles and both forms, dense and paged caches with
@@ -6,7 +7,8 @@
 // not), edge shapes, the presets, a user stream and CUDA-graph capture. Every device buffer has
 // exactly the tensor's span (compute-sanitizer memcheck sees any access past it) and outputs start
 // as NaN bytes, so an element never written, or written where it must not be, shows. Select with
-// --gtest_filter='*Mla*'; every test skips on a machine with no GPU.
+// --gtest_filter='*Mla*' (cuda-mla-decode's own cases: '*MlaDecode*'); every test skips on a
+// machine with no GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -65,6 +67,8 @@ struct MlaCase {
   bool q_a = true;         // ask for q_a (Rq > 0 only)
   bool bad_positions = false;    // a position < 0 and one == max_position
   bool fused_q_weights = false;  // q_a_weight's rows run straight into kv_a_weight's
+  Strategy strategy = Strategy::kCudaMlaGemm;  // forced (kAuto: the table's choice)
+  Strategy expect_selected = Strategy::kAuto;  // under kAuto: the strategy it must pick
 };
 
 std::string case_name(const MlaCase& c) {
@@ -78,6 +82,7 @@ std::string case_name(const MlaCase& c) {
   if (c.bad_positions) n += "_badpos";
   if (c.fused_q_weights) n += "_fusedq";
   if (c.problem.rope_dtype != DType::kFloat32) n += "_ropedtype";
+  if (c.strategy != Strategy::kCudaMlaGemm) n += std::string("_") + to_string(c.strategy);
   for (char& ch : n) {
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   }
@@ -364,15 +369,22 @@ void run_case(const MlaCase& c, const MlaInputs& in, Stream stream, bool graph, 
 
   Options o;
   o.backend = Backend::kCuda;
-  o.strategy = Strategy::kCudaMlaGemm;
+  o.strategy = c.strategy;
   o.stream = stream;
-  const int64_t ws = workspace_size(p, o);
-  ASSERT_GT(ws, 0);
-  std::vector<unsigned char> ws_poison(static_cast<size_t>(ws), 0xFF);
-  a.workspace = arena.upload(ws_poison.data(), ws_poison.size());
-  a.workspace_bytes = ws;
+  const int64_t ws = workspace_size(p, o);  // cuda-mla-decode's stage B alone needs none
+  ASSERT_TRUE(ws > 0 || c.strategy == Strategy::kCudaMlaDecode);
+  if (ws > 0) {
+    std::vector<unsigned char> ws_poison(static_cast<size_t>(ws), 0xFF);
+    a.workspace = arena.upload(ws_poison.data(), ws_poison.size());
+    a.workspace_bytes = ws;
+  }
   const Status checked = check(p, a, o);
   ASSERT_TRUE(checked.ok()) << checked.message();
+  if (c.expect_selected != Strategy::kAuto) {
+    Strategy selected = Strategy::kAuto;
+    ASSERT_TRUE(select_strategy(p, a, o, &selected).ok());
+    EXPECT_EQ(to_string(selected), std::string(to_string(c.expect_selected))) << case_name(c);
+  }
 
   if (graph) {
     cudaGraph_t g = nullptr;
@@ -610,6 +622,101 @@ std::vector<MlaCase> preset_cases_mla() {
   return cases;
 }
 
+// cuda-mla-decode forced (T <= 16) with 16-byte rows (pads of 8 elements): every stage, dtype,
+// RoPE style and form, cache mode on a T = 16 shape with q_a, odd H and a D whose last step is
+// partial; then T = 1 and 15, Rq = 0, dr != 64 (2, 32), dn != dv, D over several chunks, rows
+// that stop folding, positions past the table; the presets at T = 1 and 16 (V3: 7 chunks of 4
+// steps, 6 q_a slices, more kv_b tiles than warps); under kAuto, T = 16 picks it, while T = 17 and
+// rows of 3-element pads fall back to cuda-mla-gemm.
+std::vector<MlaCase> decode_cases() {
+  constexpr DType kHalfTypes[] = {DType::kBFloat16, DType::kFloat16};
+  std::vector<MlaCase> cases;
+  auto decode = [](MlaCase c, int64_t pad_seq, int64_t pad_batch = 0) {
+    c.strategy = Strategy::kCudaMlaDecode;
+    c.pad_seq = pad_seq;
+    c.pad_batch = pad_batch;
+    return c;
+  };
+  MlaProblem base = mla_shape(328, 24, 40, 16, 3, 24, 16);
+  base.batch = 2;
+  base.seq = 8;
+  for (DType dt : kHalfTypes) {
+    for (RopeStyle style : kStyles) {
+      for (RopeForm form : {RopeForm::kPositions, RopeForm::kCosSin}) {
+        for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst}) {
+          for (CacheMode cache : {CacheMode::kNone, CacheMode::kDense, CacheMode::kPaged}) {
+            cases.push_back(decode({"decode", with(base, dt, stage, style), form, cache}, 8));
+          }
+        }
+      }
+    }
+    for (CacheMode cache : {CacheMode::kNone, CacheMode::kDense, CacheMode::kPaged}) {
+      cases.push_back(decode(
+          {"decode", with(base, dt, MlaStage::kSecond, RopeStyle::kInterleave),
+           RopeForm::kPositions, cache},
+          8));
+    }
+  }
+  struct Edge {
+    const char* name;
+    int64_t b, s, d, q_rank, r, dr, h, dn, dv;
+  };
+  const Edge edges[] = {
+      {"dec-one-token", 1, 1, 64, 0, 8, 4, 1, 8, 8},
+      {"dec-one-token-q", 1, 1, 128, 16, 64, 64, 1, 32, 32},
+      {"dec-15-chunks", 3, 5, 1000, 0, 24, 32, 5, 8, 16},
+      {"dec-16-rope2", 1, 16, 520, 40, 64, 2, 7, 12, 20},
+      {"dec-v3-like", 1, 4, 1536, 1536, 512, 64, 2, 128, 128},
+  };
+  for (const Edge& e : edges) {
+    MlaProblem p = mla_shape(e.d, e.q_rank, e.r, e.dr, e.h, e.dn, e.dv);
+    p.batch = e.b;
+    p.seq = e.s;
+    for (DType dt : kHalfTypes) {
+      MlaCase both = decode({e.name, with(p, dt, MlaStage::kBoth, RopeStyle::kInterleave),
+                             RopeForm::kPositions, CacheMode::kPaged},
+                            0);
+      both.bad_positions = true;
+      cases.push_back(both);
+      cases.push_back(decode({e.name, with(p, dt, MlaStage::kFirst, RopeStyle::kNeox),
+                              RopeForm::kCosSin, CacheMode::kDense},
+                             8, 8));
+      cases.push_back(decode({e.name, with(p, dt, MlaStage::kSecond, RopeStyle::kInterleave),
+                              RopeForm::kPositions, CacheMode::kPaged},
+                             0));
+    }
+  }
+  for (const MlaNamedCase& preset : mla_preset_cases()) {
+    for (int64_t tokens : {1, 16}) {
+      MlaProblem p = preset.problem;
+      p.seq = tokens;
+      for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst}) {
+        cases.push_back(decode({preset.name + "_T" + std::to_string(tokens),
+                                with(p, DType::kBFloat16, stage, RopeStyle::kInterleave),
+                                RopeForm::kPositions, CacheMode::kPaged},
+                               0));
+      }
+    }
+  }
+  MlaCase picked = decode({"auto", with(base, DType::kBFloat16, MlaStage::kBoth,
+                                        RopeStyle::kInterleave),
+                           RopeForm::kPositions, CacheMode::kPaged},
+                          8);
+  picked.strategy = Strategy::kAuto;
+  picked.expect_selected = Strategy::kCudaMlaDecode;
+  cases.push_back(picked);
+  MlaCase past = picked;
+  past.problem.seq = 17;
+  past.problem.batch = 1;
+  past.expect_selected = Strategy::kCudaMlaGemm;
+  cases.push_back(past);
+  MlaCase unaligned = picked;
+  unaligned.pad_seq = 3;
+  unaligned.expect_selected = Strategy::kCudaMlaGemm;
+  cases.push_back(unaligned);
+  return cases;
+}
+
 // One test per case; the lists are instantiated apart (Stages/, Edges/, Layouts/, Presets/) so
 // a filter can pick a group.
 class MlaGpuCase : public ::testing::TestWithParam<MlaCase> {};
@@ -625,6 +732,7 @@ INSTANTIATE_TEST_SUITE_P(Edges, MlaGpuCase, ::testing::ValuesIn(edge_cases()), p
 INSTANTIATE_TEST_SUITE_P(Layouts, MlaGpuCase, ::testing::ValuesIn(layout_cases()), param_name);
 INSTANTIATE_TEST_SUITE_P(Presets, MlaGpuCase, ::testing::ValuesIn(preset_cases_mla()),
                          param_name);
+INSTANTIATE_TEST_SUITE_P(MlaDecode, MlaGpuCase, ::testing::ValuesIn(decode_cases()), param_name);
 
 MlaCase stream_case(DType dt) {
   MlaProblem p = mla_shape(64, 16, 32, 16, 3, 16, 8);
@@ -650,11 +758,15 @@ TEST(MlaGpu, CapturesIntoACudaGraph) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   for (DType dt : kDTypes) {
     for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst, MlaStage::kSecond}) {
-      MlaCase c = stream_case(dt);
-      c.name = "graph";
-      c.problem.stage = stage;
-      c.problem.seq = 7;  // a shape no other test plans first
-      check_case(c, stream, /*graph=*/true);
+      for (Strategy strategy : {Strategy::kCudaMlaGemm, Strategy::kCudaMlaDecode}) {
+        if (strategy == Strategy::kCudaMlaDecode && dt == DType::kFloat32) continue;
+        MlaCase c = stream_case(dt);
+        c.name = "graph";
+        c.problem.stage = stage;
+        c.problem.seq = 7;  // a shape no other test plans first
+        c.strategy = strategy;
+        check_case(c, stream, /*graph=*/true);
+      }
     }
   }
   cudaStreamDestroy(stream);
@@ -735,6 +847,55 @@ TEST(MlaGpu, RefusesAMisalignedPointer) {
   const Status s = check(p, a, o);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("args.latent"), std::string::npos) << s.message();
+}
+
+// cuda-mla-decode forced past its 16 tokens, or on weight rows that are not whole 16-byte vectors,
+// is refused with kUnsupported naming the value; kAuto runs cuda-mla-gemm there instead.
+TEST(MlaDecodeGpu, RefusesPast16TokensAndPartialVectorRows) {
+  SKIP_WITHOUT_CUDA_MLA();
+  MlaProblem p = with(mla_shape(32, 0, 32, 8, 3, 16, 8), DType::kBFloat16, MlaStage::kSecond,
+                      RopeStyle::kInterleave);
+  DeviceArena arena;
+  std::vector<unsigned char> bytes(size_t{1} << 20, 0);
+  char* base = static_cast<char*>(arena.upload(bytes.data(), bytes.size()));
+  ASSERT_NE(base, nullptr);
+  auto args_for = [&](const MlaProblem& problem) {
+    MlaArgs a = contiguous_mla_args(problem);
+    a.latent = base;
+    a.k_pe = base + (64 << 10);
+    a.kv_b_weight = base + (128 << 10);
+    a.k = base + (256 << 10);
+    a.v = base + (512 << 10);
+    return a;
+  };
+  Options forced;
+  forced.backend = Backend::kCuda;
+  forced.strategy = Strategy::kCudaMlaDecode;
+  Options automatic;
+  automatic.backend = Backend::kCuda;
+  auto selected = [&](const MlaArgs& a) {
+    Strategy s = Strategy::kAuto;
+    const Status status = select_strategy(p, a, automatic, &s);
+    EXPECT_TRUE(status.ok()) << status.message();
+    return std::string(to_string(s));
+  };
+
+  p.seq = 17;
+  Status s = check(p, args_for(p), forced);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("(tokens) = 17"), std::string::npos) << s.message();
+  EXPECT_EQ(selected(args_for(p)), "cuda-mla-gemm");
+
+  p.seq = 16;
+  MlaArgs a = args_for(p);
+  EXPECT_TRUE(check(p, a, forced).ok());
+  EXPECT_EQ(selected(a), "cuda-mla-decode");
+  a.kv_b_weight_stride_row = p.kv_rank + 3;
+  s = check(p, a, forced);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("args.kv_b_weight_stride_row = 35"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(selected(a), "cuda-mla-gemm");
 }
 
 }  // namespace

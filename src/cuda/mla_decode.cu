@@ -1,0 +1,714 @@
+// cuda-mla-decode: the MLA path (mla.h) for few tokens, bf16 and fp16. At T <= 16 both stages are
+// weight streams (DeepSeek-V3: [q_a; kv_a] 30 MB, kv_b 33.5 MB), so every SM streams its slice of
+// the weights with 16-byte loads (all of a step's loads issued before any is used) into
+// mma.sync m16n8k16 with the tokens as the M side (T = 1 and T = 16 cost the same instructions;
+// rows past T are zeros) and a weight row per n column. A K-block of 32 columns is one 16-byte
+// load per thread: thread (g = lane / 4, q = lane % 4) holds elements 8q .. 8q + 7 of row g,
+// which the two k16 MMAs of the block read as their k pairs {2q, 2q + 1, 2q + 8, 2q + 9} (any
+// fixed permutation of k works when A and B use the same one). Three launches, chained by
+// programmatic dependent launch (sm_90; below it plain stream order):
+//   K1 mla_decode_stage_a      block = 64 weight rows of [q_a_weight; kv_a_weight] (a warp per
+//                              8) x one chunk of D (chunks so that ~2 blocks per SM); the hidden
+//                              chunk [T, chunk] staged in shared memory; partial dot products to
+//                              the workspace [chunk][T][rows] float32.
+//   K2 mla_decode_stage_a_epilogue  block = (slice of 256 rows, token): sums its rows over the
+//                              chunks (fixed order), then per norm group (q_a, c) the block that
+//                              finishes last (an arrival counter per token and group, zeroed by
+//                              K1) sums the slices' squares in slice order, normalizes the row
+//                              and writes q_a, the cache row's c and c for stage B; the k_pe slice
+//                              rotates (mla_rope.h: every style and form, NaN past the table)
+//                              into the cache row and stage B's k_pe.
+//   K3 mla_decode_stage_b      persistent warps over 8-row tiles of kv_b_weight (all R columns):
+//                              the first tile's weights are loaded into registers and the next
+//                              tile prefetched into L2 BEFORE waiting for K2, so kv_b's stream
+//                              overlaps stage A; then c [T, R] (dtype) goes into shared memory,
+//                              K[t, h, :dn] and V[t, h, :] are written straight from the
+//                              accumulators (rounded once) and K's k_pe columns from k_pe.
+// kFirst runs K1 + K2; kSecond runs K3 alone, gathering c and k_pe from args.latent/args.k_pe or
+// the cache by slot (a skipped slot gives zero rows of K and V); kBoth runs all three. Results are
+// deterministic (every sum in a fixed order).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "backends.h"
+#include "cuda/common.h"
+#include "cuda/convert.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_facts.h"
+#include "cuda/mla_decode.h"
+#include "cuda/mla_epilogue.h"
+#include "cuda/mla_rope.h"
+#include "cuda/ptx.h"
+#include "validation.h"
+
+namespace latentkv::detail {
+namespace {
+
+constexpr int kThreads = 256;  // every kernel: 8 warps
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxTokens = 16;  // the MMA's M side
+constexpr int kTileRows = 8;    // weight rows per warp tile: the MMA's N side
+constexpr int kKBlock = 32;     // columns per 16-byte load of 4 threads: two k16 MMAs
+constexpr int kStageALoads = 8;  // K-blocks per step of stage A: 8 loads in flight per thread
+constexpr int kStageAStep = kStageALoads * kKBlock;  // 256 columns
+constexpr int kMaxChunk = 1024;  // hidden chunk in shared memory: 16 x 1056 x 2 B = 33 KB
+constexpr int kStageBLoads = 16;  // K-blocks of stage B held at once: 512 columns of kv_b
+constexpr int kStageBStep = kStageBLoads * kKBlock;
+constexpr int kMaxRank = 1024;     // c [16, R + pad] in shared memory beside k_pe (< 48 KB)
+constexpr int kSlice = kThreads;   // K2: one row per thread
+constexpr int kMaxRopeDim = kThreads;  // K2's k_pe slice is one block
+constexpr int kBlocksPerSm = 2;    // K1's and K3's target (launch bounds allow two)
+// Shared-memory rows padded to 64 bytes past a 128-byte multiple: the 8 rows an A fragment load
+// reads at one offset fall in different banks.
+constexpr int kRowPad = 32;  // elements (16-bit)
+static_assert(kStageAStep % 64 == 0 && kMaxChunk % kStageAStep == 0, "chunks are whole steps");
+static_assert(kSlice % 32 == 0, "K2 reduces per warp");
+
+// Row stride in elements of a shared-memory operand of `width` columns.
+LATENTKV_HD int smem_ld(int width) { return round_up(width, 64) + kRowPad; }
+
+struct DecodeParams {
+  int tokens, seq;       // T, S
+  int model_dim;         // D
+  int q_rows, a_rows;    // Rq run (0 without q_a), Rq run + R + dr
+  int rows_ld;           // a_rows rounded up to whole tiles
+  int chunk, chunks;     // K1's D chunk and their count
+  int q_slices, c_slices, slices;  // K2's slices: q_a, c, then one for k_pe
+  int kv_rank, rope_dim, heads, nope_dim, v_dim, b_rows;  // R, dr, H, dn, dv, H * (dn + dv)
+
+  // Stage A.
+  const void* hidden;  // [B, S, D]
+  int64_t hidden_stride_batch, hidden_stride_seq;
+  const void* q_weight;  // [Rq, D] or null
+  int64_t q_weight_ld;
+  const void* kv_weight;  // [R + dr, D]
+  int64_t kv_weight_ld;
+  float* partials;        // [chunks, T, rows_ld]
+  float* ckv;             // [T, rows_ld]: the sums (q_a and c rows)
+  float* sumsq;           // [T, slices]
+  unsigned* arrivals;     // [T, 2]: q_a and c slices done
+  MlaEpilogueParams e;    // norms, RoPE, q_a, cache; e.latent: c [T, R] for stage B or null
+  void* pe_out;           // [T, dr]: k_pe for stage B (rounded), or null
+
+  // Stage B.
+  bool from_stage_a;     // c and k_pe from e.latent / pe_out, else:
+  const void* latent;    // [B, S, R] (args.latent) or null: from the cache by slot (e.cache)
+  int64_t latent_stride_batch, latent_stride_seq;
+  const void* k_pe;      // [B, S, dr] with latent
+  int64_t k_pe_stride_batch, k_pe_stride_seq;
+  const void* kv_b;      // [H * (dn + dv), R]
+  int64_t kv_b_ld;
+  MlaKRef k;             // [B, S, H, dn + dr]
+  void* v;               // [B, S, H, dv]
+  int64_t v_stride_batch, v_stride_seq, v_stride_head;
+};
+
+template <typename T>
+__device__ __forceinline__ uint4 load_or_zero(const T* p, bool valid) {
+  return valid ? load_vector(p) : make_uint4(0, 0, 0, 0);
+}
+
+__device__ __forceinline__ uint4 shared_vector(const void* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+
+// The line holding p into L2 (stage B's next tile while stage A still streams).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
+// acc += A [16 tokens, K-block kb] @ W [kb, 8 rows]: x0 holds A row g's 8 columns at 8q, x1 row
+// g + 8's, w the weight row's (load layout in the header).
+template <typename T>
+__device__ __forceinline__ void mma_block(float (&acc)[4], const uint4& x0, const uint4& x1,
+                                          const uint4& w) {
+  const uint32_t lo[4] = {x0.x, x1.x, x0.y, x1.y};
+  const uint32_t hi[4] = {x0.z, x1.z, x0.w, x1.w};
+  mma<T>(acc, lo, w.x, w.y);
+  mma<T>(acc, hi, w.z, w.w);
+}
+
+// K-blocks [k0, k0 + kLoads * 32) of one weight row (null: zeros), this thread's 16 bytes of each;
+// columns at or past `end` read nothing.
+template <typename T, int kLoads>
+__device__ __forceinline__ void load_row_step(const T* row, int k0, int end, int q,
+                                              uint4 (&w)[kLoads]) {
+#pragma unroll
+  for (int j = 0; j < kLoads; ++j) {
+    const int k = k0 + j * kKBlock + 8 * q;
+    w[j] = load_or_zero(row + k, row != nullptr && k < end);
+  }
+}
+
+// The MMAs of one step against A [T, ...] in shared memory (row stride ld, column 0 = k_base):
+// A rows past T and columns past `end` are zeros, not read.
+template <typename T, int kLoads>
+__device__ __forceinline__ void mma_step(float (&acc)[4], const T* a, int ld, int tokens, int k0,
+                                         int k_base, int end, int g, int q,
+                                         const uint4 (&w)[kLoads]) {
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int j = 0; j < kLoads; ++j) {
+    const int kb = k0 + j * kKBlock;
+    if (kb >= end) break;  // warp-uniform
+    const int k = kb + 8 * q;
+    const T* col = a + (k - k_base);
+    const bool in = k < end;
+    const uint4 x0 = in && g < tokens ? shared_vector(col + g * ld) : zero;
+    const uint4 x1 = in && g + 8 < tokens ? shared_vector(col + (g + 8) * ld) : zero;
+    mma_block<T>(acc, x0, x1, w[j]);
+  }
+}
+
+// Row n of [q_a_weight; kv_a_weight], or null past the last.
+template <typename T>
+__device__ __forceinline__ const T* stage_a_row(const DecodeParams& p, int n) {
+  if (n < p.q_rows) return static_cast<const T*>(p.q_weight) + n * p.q_weight_ld;
+  if (n < p.a_rows) return static_cast<const T*>(p.kv_weight) + (n - p.q_rows) * p.kv_weight_ld;
+  return nullptr;
+}
+
+// K1. Block (row group x, chunk y); warp w takes rows (8x + w) * 8 .. + 8.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    mla_decode_stage_a(const __grid_constant__ DecodeParams p) {
+  extern __shared__ uint4 smem_a[];
+  T* x = reinterpret_cast<T*>(smem_a);  // [T, ld]: hidden[:, k_begin .. k_end)
+  allow_dependents();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, q = lane % 4;
+  const int tile = blockIdx.x * kWarps + warp;
+  const T* row = stage_a_row<T>(p, tile * kTileRows + g);
+  const int k_begin = blockIdx.y * p.chunk;
+  const int k_end = min(k_begin + p.chunk, p.model_dim);
+  const int ld = smem_ld(p.chunk);
+
+  uint4 wa[kStageALoads], wb[kStageALoads];
+  load_row_step<T, kStageALoads>(row, k_begin, k_end, q, wa);
+
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < 2 * p.tokens) {
+    p.arrivals[threadIdx.x] = 0u;  // K2 counts its slices from here
+  }
+  const int vectors = (k_end - k_begin) / 8;  // per token row; D % 8 == 0
+  const T* hidden = static_cast<const T*>(p.hidden);
+  for (int i = threadIdx.x; i < p.tokens * vectors; i += kThreads) {
+    const int t = i / vectors, v = i % vectors;
+    const T* src =
+        hidden + token_offset(t, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) + k_begin;
+    *reinterpret_cast<uint4*>(x + t * ld + 8 * v) = load_vector(src + 8 * v);
+  }
+  __syncthreads();
+
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int k0 = k_begin; k0 < k_end; k0 += 2 * kStageAStep) {
+    const int k1 = k0 + kStageAStep;
+    if (k1 < k_end) load_row_step<T, kStageALoads>(row, k1, k_end, q, wb);
+    mma_step<T, kStageALoads>(acc, x, ld, p.tokens, k0, k_begin, k_end, g, q, wa);
+    if (k1 >= k_end) break;
+    if (k1 + kStageAStep < k_end) {
+      load_row_step<T, kStageALoads>(row, k1 + kStageAStep, k_end, q, wa);
+    }
+    mma_step<T, kStageALoads>(acc, x, ld, p.tokens, k1, k_begin, k_end, g, q, wb);
+  }
+
+  if (tile * kTileRows >= p.rows_ld) return;
+  // acc: tokens g (0, 1) and g + 8 (2, 3) x rows 2q, 2q + 1 of the tile.
+  float* out = p.partials + static_cast<int64_t>(blockIdx.y) * p.tokens * p.rows_ld +
+               tile * kTileRows + 2 * q;
+  if (g < p.tokens) {
+    *reinterpret_cast<float2*>(out + g * p.rows_ld) = make_float2(acc[0], acc[1]);
+  }
+  if (g + 8 < p.tokens) {
+    *reinterpret_cast<float2*>(out + (g + 8) * p.rows_ld) = make_float2(acc[2], acc[3]);
+  }
+}
+
+// K2's slice s of a token: rows [begin, end) of group 0 (q_a), 1 (c) or 2 (k_pe).
+struct Slice {
+  int group, begin, end, first, count;  // first / count: the group's slices
+};
+
+__device__ __forceinline__ Slice slice_of(const DecodeParams& p, int s) {
+  if (s < p.q_slices) {
+    return {0, s * kSlice, min((s + 1) * kSlice, p.q_rows), 0, p.q_slices};
+  }
+  if (s < p.q_slices + p.c_slices) {
+    const int i = s - p.q_slices;
+    return {1, p.q_rows + i * kSlice, p.q_rows + min((i + 1) * kSlice, p.kv_rank), p.q_slices,
+            p.c_slices};
+  }
+  const int begin = p.q_rows + p.kv_rank;
+  return {2, begin, begin + p.rope_dim, s, 1};
+}
+
+// Sum over the block (every thread gets it); red [kWarps] is reused after a barrier.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  __syncthreads();  // red's previous use is over
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float sum = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) sum += red[w];
+  return sum;
+}
+
+// The last slice of a norm group to finish: rows [gbegin, gbegin + width) of token t normalized
+// with gamma and written to q_a (group 0) or the cache row and stage B's c (group 1).
+template <typename T>
+__device__ void normalize_group(const DecodeParams& p, const Slice& sl, int t) {
+  float total = 0.f;
+  for (int s = 0; s < sl.count; ++s) total += __ldcg(p.sumsq + t * p.slices + sl.first + s);
+  const bool q_group = sl.group == 0;
+  const int gbegin = q_group ? 0 : p.q_rows;
+  const int width = q_group ? p.q_rows : p.kv_rank;
+  const float inv = rsqrtf(total / static_cast<float>(width) + p.e.eps);
+  const T* gamma = static_cast<const T*>(q_group ? p.e.q_norm : p.e.kv_norm);
+  const float* sums = p.ckv + static_cast<int64_t>(t) * p.rows_ld + gbegin;
+  if (q_group) {
+    T* out = static_cast<T*>(p.e.q_a) +
+             token_offset(t, p.e.seq, p.e.q_a_stride_batch, p.e.q_a_stride_seq);
+    for (int i = threadIdx.x; i < width; i += kThreads) {
+      out[i] = from_float<T>(__ldcg(sums + i) * inv * to_float(gamma[i]));
+    }
+    return;
+  }
+  T* cache = mla_cache_row<T>(p.e.cache, t, p.e.seq);  // [R + dr] or null
+  T* latent = p.e.latent == nullptr
+                  ? nullptr
+                  : static_cast<T*>(p.e.latent) + static_cast<int64_t>(t) * p.kv_rank;
+  for (int i = threadIdx.x; i < width; i += kThreads) {
+    const T c = from_float<T>(__ldcg(sums + i) * inv * to_float(gamma[i]));
+    if (cache != nullptr) cache[i] = c;
+    if (latent != nullptr) latent[i] = c;
+  }
+}
+
+// K2. Block (slice x, token y).
+template <typename T, typename RopeT>
+__global__ void __launch_bounds__(kThreads)
+    mla_decode_stage_a_epilogue(const __grid_constant__ DecodeParams p) {
+  __shared__ float red[kWarps];
+  __shared__ float pe_in[kMaxRopeDim], pe[kMaxRopeDim];
+  __shared__ bool last;
+  allow_dependents();
+  const int t = blockIdx.y;
+  const Slice sl = slice_of(p, blockIdx.x);
+  wait_for_previous_stage();
+
+  const int n = sl.begin + threadIdx.x;
+  float v = 0.f;
+  if (n < sl.end) {
+    const int64_t plane = static_cast<int64_t>(p.tokens) * p.rows_ld;
+    const float* src = p.partials + static_cast<int64_t>(t) * p.rows_ld + n;
+#pragma unroll 4
+    for (int c = 0; c < p.chunks; ++c) v += src[c * plane];
+  }
+
+  if (sl.group == 2) {  // k_pe: RoPE, then the cache row and stage B's copy
+    pe_in[threadIdx.x] = v;
+    __syncthreads();
+    const int half = p.rope_dim / 2;
+    const RopeAngles<RopeT> angles = rope_angles<RopeT>(p.e, t);
+    if (threadIdx.x < half) {
+      rope_rotate_pair<T, RopeT>(p.e.style, angles, threadIdx.x, half, pe_in, pe);
+    }
+    __syncthreads();
+    if (threadIdx.x < p.rope_dim) {
+      const T y = from_float<T>(pe[threadIdx.x]);
+      if (T* cache = mla_cache_row<T>(p.e.cache, t, p.e.seq); cache != nullptr) {
+        cache[p.kv_rank + threadIdx.x] = y;
+      }
+      if (p.pe_out != nullptr) static_cast<T*>(p.pe_out)[t * p.rope_dim + threadIdx.x] = y;
+    }
+    return;
+  }
+
+  if (n < sl.end) p.ckv[static_cast<int64_t>(t) * p.rows_ld + n] = v;
+  const float ss = block_sum(v * v, red);
+  if (threadIdx.x == 0) p.sumsq[t * p.slices + blockIdx.x] = ss;
+  __threadfence();  // this block's sums and squares before its arrival
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(p.arrivals + 2 * t + sl.group, 1u) == static_cast<unsigned>(sl.count - 1);
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other slices' writes, seen through their arrivals
+  normalize_group<T>(p, sl, t);
+}
+
+// K3's A operand row t (c, rounded to T) and k_pe row, from stage A's workspace, the caller's
+// latent and k_pe, or the cache row by slot (null for a skipped slot: zeros).
+template <typename T>
+__device__ __forceinline__ void stage_b_sources(const DecodeParams& p, int t, const T** c,
+                                                const T** pe) {
+  if (p.from_stage_a) {
+    *c = static_cast<const T*>(p.e.latent) + static_cast<int64_t>(t) * p.kv_rank;
+    *pe = static_cast<const T*>(p.pe_out) + t * p.rope_dim;
+  } else if (p.latent != nullptr) {
+    *c = static_cast<const T*>(p.latent) +
+         token_offset(t, p.seq, p.latent_stride_batch, p.latent_stride_seq);
+    *pe = static_cast<const T*>(p.k_pe) +
+          token_offset(t, p.seq, p.k_pe_stride_batch, p.k_pe_stride_seq);
+  } else {
+    *c = mla_cache_row<const T>(p.e.cache, t, p.seq);
+    *pe = *c == nullptr ? nullptr : *c + p.kv_rank;
+  }
+}
+
+// One output of stage B: row n of kv_b (head n / (dn + dv)) for token t, into K or V.
+template <typename T>
+__device__ __forceinline__ void store_kv(const DecodeParams& p, int t, int n, float value) {
+  if (t >= p.tokens || n >= p.b_rows) return;
+  const int width = p.nope_dim + p.v_dim;
+  const int h = n / width, j = n % width;
+  if (j < p.nope_dim) {
+    static_cast<T*>(p.k.data)[token_offset(t, p.seq, p.k.stride_batch, p.k.stride_seq) +
+                              h * p.k.stride_head + j] = from_float<T>(value);
+  } else {
+    static_cast<T*>(p.v)[token_offset(t, p.seq, p.v_stride_batch, p.v_stride_seq) +
+                         h * p.v_stride_head + (j - p.nope_dim)] = from_float<T>(value);
+  }
+}
+
+// K3. Warp w of block b walks the tiles b * 8 + w, + 8 * gridDim.x, ...
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    mla_decode_stage_b(const __grid_constant__ DecodeParams p) {
+  extern __shared__ uint4 smem_b[];
+  const int ld = smem_ld(p.kv_rank);
+  T* a = reinterpret_cast<T*>(smem_b);  // [T, ld]: c
+  T* pe = a + p.tokens * ld;            // [T, dr]: k_pe
+  allow_dependents();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, q = lane % 4;
+  const int tiles = ceil_div(p.b_rows, kTileRows);
+  const int stride = gridDim.x * kWarps;
+  const int first = blockIdx.x * kWarps + warp;
+  const T* kv_b = static_cast<const T*>(p.kv_b);
+  auto row_of = [&](int tile) -> const T* {
+    const int n = tile * kTileRows + g;
+    return n < p.b_rows ? kv_b + n * p.kv_b_ld : nullptr;
+  };
+
+  // Before the wait: kv_b is not written by stage A.
+  uint4 w[kStageBLoads];
+  load_row_step<T, kStageBLoads>(row_of(first), 0, p.kv_rank, q, w);
+  if (first + stride < tiles) {
+    const int row_bytes = p.kv_rank * static_cast<int>(sizeof(T));
+    const int lines = ceil_div(row_bytes, 128);
+    for (int i = lane; i < kTileRows * lines; i += 32) {
+      const int n = (first + stride) * kTileRows + i / lines;
+      if (n < p.b_rows) {
+        prefetch_l2(reinterpret_cast<const char*>(kv_b + n * p.kv_b_ld) + (i % lines) * 128);
+      }
+    }
+  }
+  wait_for_previous_stage();
+
+  const T zero = from_float<T>(0.f);
+  for (int t = 0; t < p.tokens; ++t) {
+    const T* c = nullptr;
+    const T* k_pe = nullptr;
+    stage_b_sources<T>(p, t, &c, &k_pe);
+    for (int i = threadIdx.x; i < p.kv_rank; i += kThreads) a[t * ld + i] = c ? c[i] : zero;
+    for (int j = threadIdx.x; j < p.rope_dim; j += kThreads) {
+      pe[t * p.rope_dim + j] = k_pe ? k_pe[j] : zero;
+    }
+  }
+  __syncthreads();
+
+  // K's k_pe columns, spread over the grid.
+  const int pe_columns = p.tokens * p.heads * p.rope_dim;
+  for (int i = blockIdx.x * kThreads + threadIdx.x; i < pe_columns; i += gridDim.x * kThreads) {
+    const int j = i % p.rope_dim, h = (i / p.rope_dim) % p.heads, t = i / (p.rope_dim * p.heads);
+    static_cast<T*>(p.k.data)[token_offset(t, p.seq, p.k.stride_batch, p.k.stride_seq) +
+                              h * p.k.stride_head + p.nope_dim + j] = pe[t * p.rope_dim + j];
+  }
+
+  for (int tile = first; tile < tiles; tile += stride) {
+    const T* row = row_of(tile);
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int k0 = 0; k0 < p.kv_rank; k0 += kStageBStep) {
+      if (tile != first || k0 != 0) load_row_step<T, kStageBLoads>(row, k0, p.kv_rank, q, w);
+      mma_step<T, kStageBLoads>(acc, a, ld, p.tokens, k0, 0, p.kv_rank, g, q, w);
+    }
+    const int n = tile * kTileRows + 2 * q;
+    store_kv<T>(p, g, n, acc[0]);
+    store_kv<T>(p, g, n + 1, acc[1]);
+    store_kv<T>(p, g + 8, n, acc[2]);
+    store_kv<T>(p, g + 8, n + 1, acc[3]);
+  }
+}
+
+// ---- host side ----
+
+bool runs_first(const MlaProblem& p) { return p.stage != MlaStage::kSecond; }
+bool runs_second(const MlaProblem& p) { return p.stage != MlaStage::kFirst; }
+
+int q_rows_run(const MlaProblem& p, const MlaArgs& a) {
+  return a.q_a != nullptr ? static_cast<int>(p.q_rank) : 0;
+}
+
+// K1's cut of D: about kBlocksPerSm blocks per SM, whole steps, at most kMaxChunk.
+struct StageAPlan {
+  int rows_ld, row_groups, chunk, chunks;
+};
+
+StageAPlan stage_a_plan(int64_t model_dim, int64_t rows, int sm_count) {
+  StageAPlan s;
+  const int64_t tiles = ceil_div<int64_t>(rows, kTileRows);
+  s.rows_ld = static_cast<int>(tiles * kTileRows);
+  s.row_groups = static_cast<int>(ceil_div<int64_t>(tiles, kWarps));
+  const int64_t max_chunks = ceil_div<int64_t>(model_dim, kStageAStep);
+  const int64_t wanted = ceil_div<int64_t>(int64_t{kBlocksPerSm} * sm_count, s.row_groups);
+  const int64_t chunks = std::clamp<int64_t>(wanted, 1, max_chunks);
+  s.chunk = static_cast<int>(std::min<int64_t>(
+      round_up<int64_t>(ceil_div<int64_t>(model_dim, chunks), kStageAStep), kMaxChunk));
+  s.chunks = static_cast<int>(ceil_div<int64_t>(model_dim, s.chunk));
+  return s;
+}
+
+constexpr int64_t kRegionAlignment = 256;
+
+// The workspace's regions (bytes from its first 256-byte boundary), for the largest call of the
+// problem (q_a on, the most chunks).
+struct WorkspaceLayout {
+  int64_t partials, ckv, sumsq, arrivals, latent, pe, end;
+};
+
+WorkspaceLayout workspace_layout(const MlaProblem& p) {
+  const int64_t T = p.tokens(), eb = element_size(p.dtype);
+  const int64_t rows_ld = round_up<int64_t>(p.q_rank + p.cache_width(), kTileRows);
+  const int64_t max_chunks = ceil_div<int64_t>(p.model_dim, kStageAStep);
+  const int64_t slices =
+      ceil_div<int64_t>(p.q_rank, kSlice) + ceil_div<int64_t>(p.kv_rank, kSlice) + 1;
+  WorkspaceLayout w{};
+  int64_t at = 0;
+  auto region = [&](int64_t bytes) {
+    const int64_t start = at;
+    at += round_up<int64_t>(bytes, kRegionAlignment);
+    return start;
+  };
+  w.partials = region(max_chunks * T * rows_ld * 4);
+  w.ckv = region(T * rows_ld * 4);
+  w.sumsq = region(T * slices * 4);
+  w.arrivals = region(T * 2 * 4);
+  w.latent = region(T * p.kv_rank * eb);
+  w.pe = region(T * p.rope_dim * eb);
+  w.end = at;
+  return w;
+}
+
+char* aligned_workspace(void* workspace) {
+  const uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
+  return reinterpret_cast<char*>(round_up<uintptr_t>(base, kRegionAlignment));
+}
+
+Status refuse(const std::string& why) {
+  return {StatusCode::kUnsupported, "cuda-mla-decode: " + why};
+}
+
+// A weight or hidden tensor read with 16-byte vectors: aligned base, row strides in whole vectors.
+Status vector_rows(const char* name, const void* base, int64_t stride, const char* stride_name,
+                   int64_t eb) {
+  if (base == nullptr) return Status::Ok();
+  if (!is_aligned(base, 16)) {
+    return refuse(std::string("args.") + name + " = " +
+                  std::to_string(reinterpret_cast<uintptr_t>(base)) +
+                  " is not 16-byte aligned (it reads 16-byte vectors)");
+  }
+  if ((stride * eb) % 16 != 0) {
+    return refuse(std::string(stride_name) + " = " + std::to_string(stride) +
+                  " is not a multiple of 16 bytes (16-byte vectors per row)");
+  }
+  return Status::Ok();
+}
+
+Status launch_error(const char* what) {
+  return cuda_status(cudaGetLastError(), what);
+}
+
+template <typename T, typename RopeT>
+Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
+  const DeviceFacts* facts = nullptr;
+  LATENTKV_RETURN_IF_ERROR(current_device_facts(&facts));
+  DecodeParams k{};
+  k.tokens = static_cast<int>(p.tokens());
+  k.seq = static_cast<int>(p.seq);
+  k.model_dim = static_cast<int>(p.model_dim);
+  k.kv_rank = static_cast<int>(p.kv_rank);
+  k.rope_dim = static_cast<int>(p.rope_dim);
+  k.heads = static_cast<int>(p.heads);
+  k.nope_dim = static_cast<int>(p.nope_dim);
+  k.v_dim = static_cast<int>(p.v_dim);
+  k.b_rows = static_cast<int>(p.kv_b_rows());
+  k.q_rows = runs_first(p) ? q_rows_run(p, a) : 0;
+  k.a_rows = k.q_rows + k.kv_rank + k.rope_dim;
+  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count);
+  k.rows_ld = plan.rows_ld;
+  k.chunk = plan.chunk;
+  k.chunks = plan.chunks;
+  k.q_slices = ceil_div(k.q_rows, kSlice);
+  k.c_slices = ceil_div(k.kv_rank, kSlice);
+  k.slices = k.q_slices + k.c_slices + 1;
+
+  k.hidden = a.hidden;
+  k.hidden_stride_batch = a.hidden_stride_batch;
+  k.hidden_stride_seq = a.hidden_stride_seq;
+  k.q_weight = k.q_rows > 0 ? a.q_a_weight : nullptr;
+  k.q_weight_ld = a.q_a_weight_stride_row;
+  k.kv_weight = a.kv_a_weight;
+  k.kv_weight_ld = a.kv_a_weight_stride_row;
+
+  k.e = mla_epilogue_params(p, a, k.q_rows);
+  if (runs_first(p)) {
+    const WorkspaceLayout w = workspace_layout(p);
+    char* base = aligned_workspace(a.workspace);
+    k.partials = reinterpret_cast<float*>(base + w.partials);
+    k.ckv = reinterpret_cast<float*>(base + w.ckv);
+    k.sumsq = reinterpret_cast<float*>(base + w.sumsq);
+    k.arrivals = reinterpret_cast<unsigned*>(base + w.arrivals);
+    if (runs_second(p)) {
+      k.e.latent = base + w.latent;
+      k.pe_out = base + w.pe;
+      k.from_stage_a = true;
+    }
+  }
+  k.latent = a.latent;
+  k.latent_stride_batch = a.latent_stride_batch;
+  k.latent_stride_seq = a.latent_stride_seq;
+  k.k_pe = a.k_pe;
+  k.k_pe_stride_batch = a.k_pe_stride_batch;
+  k.k_pe_stride_seq = a.k_pe_stride_seq;
+  k.kv_b = a.kv_b_weight;
+  k.kv_b_ld = a.kv_b_weight_stride_row;
+  k.k = {a.k, a.k_stride_batch, a.k_stride_seq, a.k_stride_head};
+  k.v = a.v;
+  k.v_stride_batch = a.v_stride_batch;
+  k.v_stride_seq = a.v_stride_seq;
+  k.v_stride_head = a.v_stride_head;
+
+  cudaLaunchAttribute pdl[1];
+  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  config.attrs = pdl;
+
+  if (runs_first(p)) {
+    const size_t smem_a = sizeof(T) * k.tokens * smem_ld(k.chunk);
+    mla_decode_stage_a<T><<<dim3(plan.row_groups, plan.chunks), kThreads, smem_a, stream>>>(k);
+    LATENTKV_RETURN_IF_ERROR(launch_error("mla_decode_stage_a launch"));
+    config.numAttrs = facts->major >= 9 ? 1 : 0;  // programmatic dependent launch is sm_90
+    config.gridDim = dim3(k.slices, k.tokens);
+    config.dynamicSmemBytes = 0;
+    LATENTKV_CUDA_RETURN(
+        cudaLaunchKernelEx(&config, mla_decode_stage_a_epilogue<T, RopeT>, k));
+  }
+  if (!runs_second(p)) return Status::Ok();
+  // Stage B alone waits for nothing of ours: a plain launch (its wait returns at once).
+  config.numAttrs = runs_first(p) && facts->major >= 9 ? 1 : 0;
+  const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
+  config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(
+      ceil_div<int64_t>(tiles, kWarps), int64_t{kBlocksPerSm} * facts->sm_count)));
+  config.dynamicSmemBytes = sizeof(T) * k.tokens * (smem_ld(k.kv_rank) + k.rope_dim);
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_b<T>, k));
+  return Status::Ok();
+}
+
+template <typename T>
+Status launch_rope(const MlaProblem& p, const MlaArgs& a, Stream stream) {
+  return p.rope_dtype == DType::kFloat32 ? launch<T, float>(p, a, stream)
+                                         : launch<T, T>(p, a, stream);
+}
+
+}  // namespace
+
+int64_t mla_cuda_decode_workspace_size(const MlaProblem& p) {
+  if (!runs_first(p) || p.tokens() > kMaxTokens) return 0;
+  return kRegionAlignment + workspace_layout(p).end;
+}
+
+Status mla_cuda_decode_takes(const MlaProblem& p, const MlaArgs& a) {
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) {
+    return refuse(std::string("problem.dtype = ") + to_string(p.dtype) +
+                  ": the kernels are bf16/fp16 tensor-core GEMVs");
+  }
+  if (p.tokens() > kMaxTokens) {
+    return refuse("problem.batch * problem.seq (tokens) = " + std::to_string(p.tokens()) +
+                  " exceeds the " + std::to_string(kMaxTokens) +
+                  " tokens of its one MMA tile (cuda-mla-gemm takes more)");
+  }
+  LATENTKV_RETURN_IF_ERROR(cuda_require_compute_capability(8, "cuda-mla-decode"));
+  const int64_t eb = element_size(p.dtype);
+  if (p.model_dim > INT_MAX / 2 || p.q_rank + p.cache_width() > INT_MAX / 2 ||
+      p.kv_b_rows() > INT_MAX / 2 || p.heads * p.k_width() > INT_MAX / 2) {
+    return refuse("problem.model_dim, q_rank + kv_rank + rope_dim or heads * (nope_dim + "
+                  "v_dim) exceeds its int32 indexing");
+  }
+  if (p.kv_rank % 8 != 0 || p.kv_rank > kMaxRank) {
+    return refuse("problem.kv_rank = " + std::to_string(p.kv_rank) + " must be a multiple of 8 "
+                  "and at most " + std::to_string(kMaxRank) + " (16-byte rows of kv_b, c in "
+                  "shared memory)");
+  }
+  if (p.rope_dim > kMaxRopeDim) {
+    return refuse("problem.rope_dim = " + std::to_string(p.rope_dim) + " exceeds the " +
+                  std::to_string(kMaxRopeDim) + " columns of its RoPE block");
+  }
+  if (runs_first(p)) {
+    if (p.model_dim % 8 != 0) {
+      return refuse("problem.model_dim = " + std::to_string(p.model_dim) +
+                    " is not a multiple of 8 (16-byte weight and hidden vectors)");
+    }
+    if (a.q_a != nullptr && p.q_rank % 8 != 0) {
+      return refuse("problem.q_rank = " + std::to_string(p.q_rank) +
+                    " is not a multiple of 8 (q_a's rows end inside a weight tile)");
+    }
+    LATENTKV_RETURN_IF_ERROR(vector_rows("kv_a_weight", a.kv_a_weight, a.kv_a_weight_stride_row,
+                                         "args.kv_a_weight_stride_row", eb));
+    if (a.q_a != nullptr) {
+      LATENTKV_RETURN_IF_ERROR(vector_rows("q_a_weight", a.q_a_weight, a.q_a_weight_stride_row,
+                                           "args.q_a_weight_stride_row", eb));
+    }
+    LATENTKV_RETURN_IF_ERROR(vector_rows("hidden", a.hidden,
+                                         p.seq > 1 ? a.hidden_stride_seq : 0,
+                                         "args.hidden_stride_seq", eb));
+    LATENTKV_RETURN_IF_ERROR(vector_rows("hidden", a.hidden,
+                                         p.batch > 1 ? a.hidden_stride_batch : 0,
+                                         "args.hidden_stride_batch", eb));
+    const int64_t need = mla_cuda_decode_workspace_size(p);
+    const int64_t pad = a.workspace == nullptr
+                            ? 0
+                            : aligned_workspace(a.workspace) - static_cast<char*>(a.workspace);
+    if (a.workspace == nullptr || a.workspace_bytes < pad + workspace_layout(p).end) {
+      return {StatusCode::kInvalidArgument,
+              "args.workspace_bytes = " + std::to_string(a.workspace_bytes) +
+                  (a.workspace == nullptr ? " with args.workspace = null" : "") +
+                  ": cuda-mla-decode needs " + std::to_string(need) + " bytes of workspace"};
+    }
+  }
+  if (runs_second(p)) {
+    LATENTKV_RETURN_IF_ERROR(vector_rows("kv_b_weight", a.kv_b_weight, a.kv_b_weight_stride_row,
+                                         "args.kv_b_weight_stride_row", eb));
+  }
+  return mla_elements_aligned(a, eb, element_size(p.rope_dtype));
+}
+
+Status run_mla_cuda_decode(const MlaProblem& p, const MlaArgs& a, Stream stream) {
+  if (p.dtype == DType::kBFloat16) return launch_rope<__nv_bfloat16>(p, a, stream);
+  if (p.dtype == DType::kFloat16) return launch_rope<__half>(p, a, stream);
+  return refuse(std::string("problem.dtype = ") + to_string(p.dtype) +
+                ": the kernels are bf16/fp16 tensor-core GEMVs");
+}
+
+}  // namespace latentkv::detail

@@ -1,0 +1,104 @@
+// Device code the MLA path's stage-A kernels share (mla_epilogue.cu after cuBLASLt, the decode
+// kernels of mla_decode.cu): where a token's cache row is, RoPE's pair layout in each style, and
+// the rotation of one pair with the token's angles in either form (a cos_sin_cache row by
+// position, or transformers' per-token cos/sin). One copy, so both strategies rotate, round and
+// treat out-of-table positions (NaN) the same way.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common.h"
+#include "cuda/convert.h"
+#include "cuda/mla_epilogue.h"
+#include "latentkv/mla.h"
+
+namespace latentkv::detail {
+
+// The cache row a token writes or reads: row t (dense) or slots[t]; null for padding (slot < 0),
+// for slots past the cache and without a cache.
+template <typename T>
+__device__ __forceinline__ T* mla_cache_row(const MlaCacheRef& cache, int t, int seq) {
+  if (cache.rows == nullptr) return nullptr;
+  const int64_t slot =
+      cache.slots == nullptr
+          ? t
+          : cache.slots[token_offset(t, seq, cache.slots_stride_batch, cache.slots_stride_seq)];
+  if (slot < 0 || slot >= cache.num_slots) return nullptr;
+  return static_cast<T*>(cache.rows) + slot * cache.stride;
+}
+
+// Token t's K row [H, dn + dr] from its column dn on (k_pe's columns), or null.
+template <typename T>
+__device__ __forceinline__ T* mla_k_pe_columns(const MlaKRef& k, int t, int seq, int nope_dim) {
+  if (k.data == nullptr) return nullptr;
+  return static_cast<T*>(k.data) + token_offset(t, seq, k.stride_batch, k.stride_seq) + nope_dim;
+}
+
+// RoPE pair i of dr/2 in each layout: inputs ia, ib rotated into outputs oa, ob; in
+// transformers' (cos, sin) form, output oa uses cos/sin column ja and ob column jb.
+struct RopePair {
+  int ia, ib, oa, ob, ja, jb;
+};
+
+__device__ __forceinline__ RopePair rope_pair(RopeStyle style, int i, int half) {
+  switch (style) {
+    case RopeStyle::kInterleave: return {2 * i, 2 * i + 1, i, i + half, i, i + half};
+    case RopeStyle::kGptJ: return {2 * i, 2 * i + 1, 2 * i, 2 * i + 1, i, i};
+    case RopeStyle::kNeox: break;
+  }
+  return {i, i + half, i, i + half, i, i + half};
+}
+
+// One token's angles: its cos_sin_cache row (vLLM's form), or its cos and sin rows
+// (transformers'); ok is false for a position outside [0, max_position), which reads nothing.
+template <typename RopeT>
+struct RopeAngles {
+  const RopeT* table;  // [dr]: dr/2 cosines then dr/2 sines, or null
+  const RopeT* cos;    // [dr] each, or null
+  const RopeT* sin;
+  bool ok;
+};
+
+// p: MlaEpilogueParams (its RoPE fields).
+template <typename RopeT>
+__device__ __forceinline__ RopeAngles<RopeT> rope_angles(const MlaEpilogueParams& p, int t) {
+  RopeAngles<RopeT> a{nullptr, nullptr, nullptr, true};
+  if (p.positions != nullptr) {
+    const int64_t pos =
+        p.positions[token_offset(t, p.seq, p.positions_stride_batch, p.positions_stride_seq)];
+    a.ok = pos >= 0 && pos < p.max_position;
+    if (a.ok) a.table = static_cast<const RopeT*>(p.cos_sin_cache) + pos * p.cos_sin_cache_stride;
+    return a;
+  }
+  const int64_t offset = token_offset(t, p.seq, p.cos_stride_batch, p.cos_stride_seq);
+  a.cos = static_cast<const RopeT*>(p.cos) + offset;
+  a.sin = static_cast<const RopeT*>(p.sin) + offset;
+  return a;
+}
+
+// Rotates pair i of x [dr] (float32, unrounded) into out [dr], each value rounded to T (what every
+// destination holds); NaN where the position is outside the table.
+template <typename T, typename RopeT>
+__device__ __forceinline__ void rope_rotate_pair(RopeStyle style, const RopeAngles<RopeT>& a,
+                                                 int i, int half, const float* x, float* out) {
+  const RopePair r = rope_pair(style, i, half);
+  if (!a.ok) {
+    out[r.oa] = out[r.ob] = __int_as_float(0x7fc00000);
+    return;
+  }
+  float ca, sa, cb, sb;
+  if (a.table != nullptr) {
+    ca = cb = to_float(a.table[i]);
+    sa = sb = to_float(a.table[half + i]);
+  } else {
+    ca = to_float(a.cos[r.ja]);
+    sa = to_float(a.sin[r.ja]);
+    cb = to_float(a.cos[r.jb]);
+    sb = to_float(a.sin[r.jb]);
+  }
+  const float x0 = x[r.ia], x1 = x[r.ib];
+  out[r.oa] = to_float(from_float<T>(fmaf(x0, ca, -x1 * sa)));
+  out[r.ob] = to_float(from_float<T>(fmaf(x1, cb, x0 * sb)));
+}
+
+}  // namespace latentkv::detail

@@ -153,9 +153,12 @@ def test_patch_model_bf16_logits():
     model = transformers.DeepseekV3ForCausalLM(cfg).eval()
     ids = torch.randint(0, cfg.vocab_size, (2, 12))
     with torch.no_grad():
-        ref64 = model.double()(ids).logits
+        # The reference runs in float32 on the CPU, not float64: some transformers releases route
+        # the MoE experts through grouped matmuls that take no float64. Its error (~1e-6) is
+        # negligible next to bf16's (~1e-2), so it serves as the exact result here.
+        ref32 = model.float()(ids).logits
         model = model.to("cuda", torch.bfloat16)
         ref16 = model(ids.cuda()).logits
         hf.patch_model(model)
         got16 = model(ids.cuda()).logits
-    assert rel_error(got16, ref64) <= 2 * rel_error(ref16, ref64)
+    assert rel_error(got16, ref32) <= 2 * rel_error(ref16, ref32)

@@ -8,7 +8,8 @@
 // fixed permutation of k works when A and B use the same one). Three launches, chained by
 // programmatic dependent launch (sm_90; below it plain stream order):
 //   K1 mla_decode_stage_a      block = 64 weight rows of [q_a_weight; kv_a_weight] (a warp per
-//                              8) x one chunk of D (chunks so that ~2 blocks per SM); the hidden
+//                              8) x one chunk of D (chunks so that ~2 blocks per SM, steps of 256
+//                              columns, 8 loads in flight per thread, double-buffered); the hidden
 //                              chunk [T, chunk] staged in shared memory; partial dot products to
 //                              the workspace [chunk][T][rows] float32.
 //   K2 mla_decode_stage_a_epilogue  block = (slice of 256 rows, token): sums its rows over the
@@ -58,6 +59,7 @@ constexpr int kKBlock = 32;     // columns per 16-byte load of 4 threads: two k1
 constexpr int kStageALoads = 8;  // K-blocks per step of stage A: 8 loads in flight per thread
 constexpr int kStageAStep = kStageALoads * kKBlock;  // 256 columns
 constexpr int kMaxChunk = 1024;  // hidden chunk in shared memory: 16 x 1056 x 2 B = 33 KB
+constexpr int kMinChunk = 256;   // smaller chunks cost more in partials than they spread (V2-Lite)
 constexpr int kStageBLoads = 16;  // K-blocks of stage B held at once: 512 columns of kv_b
 constexpr int kStageBStep = kStageBLoads * kKBlock;
 constexpr int kMaxRank = 1024;     // c [16, R + pad] in shared memory beside k_pe (< 48 KB)
@@ -67,7 +69,7 @@ constexpr int kBlocksPerSm = 2;    // K1's and K3's target (launch bounds allow 
 // Shared-memory rows padded to 64 bytes past a 128-byte multiple: the 8 rows an A fragment load
 // reads at one offset fall in different banks.
 constexpr int kRowPad = 32;  // elements (16-bit)
-static_assert(kStageAStep % 64 == 0 && kMaxChunk % kStageAStep == 0, "chunks are whole steps");
+static_assert(kMinChunk % kKBlock == 0 && kMaxChunk % kKBlock == 0, "chunks of whole K-blocks");
 static_assert(kSlice % 32 == 0, "K2 reduces per warp");
 
 // Row stride in elements of a shared-memory operand of `width` columns.
@@ -260,10 +262,16 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
   return sum;
 }
 
+// Gamma values a K2 thread holds from before its wait (rows threadIdx.x + j * kSlice of its norm
+// group); the rest of a wider group is read after it.
+constexpr int kHeldGamma = 8;
+
 // The last slice of a norm group to finish: rows [gbegin, gbegin + width) of token t normalized
-// with gamma and written to q_a (group 0) or the cache row and stage B's c (group 1).
+// with gamma (gamma_held: this thread's first kHeldGamma values) and written to q_a (group 0) or
+// the cache row (null: none) and stage B's c (group 1).
 template <typename T>
-__device__ void normalize_group(const DecodeParams& p, const Slice& sl, int t) {
+__device__ __forceinline__ void normalize_group(const DecodeParams& p, const Slice& sl, int t,
+                                const float (&gamma_held)[kHeldGamma], T* cache) {
   float total = 0.f;
   for (int s = 0; s < sl.count; ++s) total += __ldcg(p.sumsq + t * p.slices + sl.first + s);
   const bool q_group = sl.group == 0;
@@ -272,26 +280,36 @@ __device__ void normalize_group(const DecodeParams& p, const Slice& sl, int t) {
   const float inv = rsqrtf(total / static_cast<float>(width) + p.e.eps);
   const T* gamma = static_cast<const T*>(q_group ? p.e.q_norm : p.e.kv_norm);
   const float* sums = p.ckv + static_cast<int64_t>(t) * p.rows_ld + gbegin;
-  if (q_group) {
-    T* out = static_cast<T*>(p.e.q_a) +
-             token_offset(t, p.e.seq, p.e.q_a_stride_batch, p.e.q_a_stride_seq);
-    for (int i = threadIdx.x; i < width; i += kThreads) {
-      out[i] = from_float<T>(__ldcg(sums + i) * inv * to_float(gamma[i]));
-    }
-    return;
-  }
-  T* cache = mla_cache_row<T>(p.e.cache, t, p.e.seq);  // [R + dr] or null
-  T* latent = p.e.latent == nullptr
+  T* out = q_group ? static_cast<T*>(p.e.q_a) +
+                         token_offset(t, p.e.seq, p.e.q_a_stride_batch, p.e.q_a_stride_seq)
+                   : cache;
+  T* latent = q_group || p.e.latent == nullptr
                   ? nullptr
                   : static_cast<T*>(p.e.latent) + static_cast<int64_t>(t) * p.kv_rank;
-  for (int i = threadIdx.x; i < width; i += kThreads) {
-    const T c = from_float<T>(__ldcg(sums + i) * inv * to_float(gamma[i]));
-    if (cache != nullptr) cache[i] = c;
-    if (latent != nullptr) latent[i] = c;
+  float x[kHeldGamma];  // all loads issued before the first store (the outputs may alias, to
+                       // the compiler)
+#pragma unroll
+  for (int j = 0; j < kHeldGamma; ++j) {
+    const int i = threadIdx.x + j * kSlice;
+    x[j] = i < width ? __ldcg(sums + i) : 0.f;
+  }
+#pragma unroll
+  for (int j = 0; j < kHeldGamma; ++j) {
+    const int i = threadIdx.x + j * kSlice;
+    if (i >= width) break;
+    const T y = from_float<T>(x[j] * inv * gamma_held[j]);
+    if (out != nullptr) out[i] = y;
+    if (latent != nullptr) latent[i] = y;
+  }
+  for (int i = threadIdx.x + kHeldGamma * kSlice; i < width; i += kSlice) {
+    const T y = from_float<T>(__ldcg(sums + i) * inv * to_float(gamma[i]));
+    if (out != nullptr) out[i] = y;
+    if (latent != nullptr) latent[i] = y;
   }
 }
 
-// K2. Block (slice x, token y).
+// K2. Block (slice x, token y). Everything K1 does not write (gamma, the slot, the position and its
+// cos/sin) is read before the wait, so the chain after K1 is the partials and the arrival.
 template <typename T, typename RopeT>
 __global__ void __launch_bounds__(kThreads)
     mla_decode_stage_a_epilogue(const __grid_constant__ DecodeParams p) {
@@ -301,6 +319,26 @@ __global__ void __launch_bounds__(kThreads)
   allow_dependents();
   const int t = blockIdx.y;
   const Slice sl = slice_of(p, blockIdx.x);
+  T* cache = mla_cache_row<T>(p.e.cache, t, p.e.seq);  // [R + dr] or null
+  float gamma_held[kHeldGamma];
+  const int half = p.rope_dim / 2;
+  PairAngles angles{};
+  bool position_ok = true;
+  if (sl.group == 2) {
+    const RopeAngles<RopeT> a = rope_angles<RopeT>(p.e, t);
+    position_ok = a.ok;
+    if (threadIdx.x < half) {
+      angles = rope_pair_angles(a, rope_pair(p.e.style, threadIdx.x, half), threadIdx.x, half);
+    }
+  } else {
+    const T* gamma = static_cast<const T*>(sl.group == 0 ? p.e.q_norm : p.e.kv_norm);
+    const int width = sl.group == 0 ? p.q_rows : p.kv_rank;
+#pragma unroll
+    for (int j = 0; j < kHeldGamma; ++j) {
+      const int i = threadIdx.x + j * kSlice;
+      gamma_held[j] = i < width ? to_float(gamma[i]) : 0.f;
+    }
+  }
   wait_for_previous_stage();
 
   const int n = sl.begin + threadIdx.x;
@@ -315,17 +353,13 @@ __global__ void __launch_bounds__(kThreads)
   if (sl.group == 2) {  // k_pe: RoPE, then the cache row and stage B's copy
     pe_in[threadIdx.x] = v;
     __syncthreads();
-    const int half = p.rope_dim / 2;
-    const RopeAngles<RopeT> angles = rope_angles<RopeT>(p.e, t);
     if (threadIdx.x < half) {
-      rope_rotate_pair<T, RopeT>(p.e.style, angles, threadIdx.x, half, pe_in, pe);
+      rope_apply<T>(rope_pair(p.e.style, threadIdx.x, half), angles, position_ok, pe_in, pe);
     }
     __syncthreads();
     if (threadIdx.x < p.rope_dim) {
       const T y = from_float<T>(pe[threadIdx.x]);
-      if (T* cache = mla_cache_row<T>(p.e.cache, t, p.e.seq); cache != nullptr) {
-        cache[p.kv_rank + threadIdx.x] = y;
-      }
+      if (cache != nullptr) cache[p.kv_rank + threadIdx.x] = y;
       if (p.pe_out != nullptr) static_cast<T*>(p.pe_out)[t * p.rope_dim + threadIdx.x] = y;
     }
     return;
@@ -342,7 +376,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   if (!last) return;
   __threadfence();  // the other slices' writes, seen through their arrivals
-  normalize_group<T>(p, sl, t);
+  normalize_group<T>(p, sl, t, gamma_held, cache);
 }
 
 // K3's A operand row t (c, rounded to T) and k_pe row, from stage A's workspace, the caller's
@@ -458,7 +492,8 @@ int q_rows_run(const MlaProblem& p, const MlaArgs& a) {
   return a.q_a != nullptr ? static_cast<int>(p.q_rank) : 0;
 }
 
-// K1's cut of D: about kBlocksPerSm blocks per SM, whole steps, at most kMaxChunk.
+// K1's cut of D: about kBlocksPerSm blocks on every SM (chunks of whole K-blocks, the last step of
+// a chunk may be partial), at least kMinChunk and at most kMaxChunk columns.
 struct StageAPlan {
   int rows_ld, row_groups, chunk, chunks;
 };
@@ -468,11 +503,11 @@ StageAPlan stage_a_plan(int64_t model_dim, int64_t rows, int sm_count) {
   const int64_t tiles = ceil_div<int64_t>(rows, kTileRows);
   s.rows_ld = static_cast<int>(tiles * kTileRows);
   s.row_groups = static_cast<int>(ceil_div<int64_t>(tiles, kWarps));
-  const int64_t max_chunks = ceil_div<int64_t>(model_dim, kStageAStep);
+  const int64_t max_chunks = ceil_div<int64_t>(model_dim, kMinChunk);
   const int64_t wanted = ceil_div<int64_t>(int64_t{kBlocksPerSm} * sm_count, s.row_groups);
   const int64_t chunks = std::clamp<int64_t>(wanted, 1, max_chunks);
   s.chunk = static_cast<int>(std::min<int64_t>(
-      round_up<int64_t>(ceil_div<int64_t>(model_dim, chunks), kStageAStep), kMaxChunk));
+      round_up<int64_t>(ceil_div<int64_t>(model_dim, chunks), kKBlock), kMaxChunk));
   s.chunks = static_cast<int>(ceil_div<int64_t>(model_dim, s.chunk));
   return s;
 }
@@ -488,7 +523,7 @@ struct WorkspaceLayout {
 WorkspaceLayout workspace_layout(const MlaProblem& p) {
   const int64_t T = p.tokens(), eb = element_size(p.dtype);
   const int64_t rows_ld = round_up<int64_t>(p.q_rank + p.cache_width(), kTileRows);
-  const int64_t max_chunks = ceil_div<int64_t>(p.model_dim, kStageAStep);
+  const int64_t max_chunks = ceil_div<int64_t>(p.model_dim, kMinChunk);
   const int64_t slices =
       ceil_div<int64_t>(p.q_rank, kSlice) + ceil_div<int64_t>(p.kv_rank, kSlice) + 1;
   WorkspaceLayout w{};

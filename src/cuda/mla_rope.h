@@ -76,29 +76,44 @@ __device__ __forceinline__ RopeAngles<RopeT> rope_angles(const MlaEpilogueParams
   return a;
 }
 
-// Rotates pair i of x [dr] (float32, unrounded) into out [dr], each value rounded to T (what every
-// destination holds); NaN where the position is outside the table.
+// The cos/sin that pair r (index i of dr/2) rotates by: loaded apart from the rotation so a kernel
+// can read them before the data it rotates exists (programmatic dependent launch).
+struct PairAngles {
+  float ca, sa, cb, sb;
+};
+
+template <typename RopeT>
+__device__ __forceinline__ PairAngles rope_pair_angles(const RopeAngles<RopeT>& a,
+                                                       const RopePair& r, int i, int half) {
+  if (!a.ok) return {0.f, 0.f, 0.f, 0.f};
+  if (a.table != nullptr) {
+    const float c = to_float(a.table[i]), s = to_float(a.table[half + i]);
+    return {c, s, c, s};
+  }
+  return {to_float(a.cos[r.ja]), to_float(a.sin[r.ja]), to_float(a.cos[r.jb]),
+          to_float(a.sin[r.jb])};
+}
+
+// Rotates pair r of x [dr] (float32, unrounded) into out [dr], each value rounded to T (what every
+// destination holds); NaN where the position is outside the table (ok false).
+template <typename T>
+__device__ __forceinline__ void rope_apply(const RopePair& r, const PairAngles& c, bool ok,
+                                           const float* x, float* out) {
+  if (!ok) {
+    out[r.oa] = out[r.ob] = __int_as_float(0x7fc00000);
+    return;
+  }
+  const float x0 = x[r.ia], x1 = x[r.ib];
+  out[r.oa] = to_float(from_float<T>(fmaf(x0, c.ca, -x1 * c.sa)));
+  out[r.ob] = to_float(from_float<T>(fmaf(x1, c.cb, x0 * c.sb)));
+}
+
+// Both at once: pair i of x rotated into out.
 template <typename T, typename RopeT>
 __device__ __forceinline__ void rope_rotate_pair(RopeStyle style, const RopeAngles<RopeT>& a,
                                                  int i, int half, const float* x, float* out) {
   const RopePair r = rope_pair(style, i, half);
-  if (!a.ok) {
-    out[r.oa] = out[r.ob] = __int_as_float(0x7fc00000);
-    return;
-  }
-  float ca, sa, cb, sb;
-  if (a.table != nullptr) {
-    ca = cb = to_float(a.table[i]);
-    sa = sb = to_float(a.table[half + i]);
-  } else {
-    ca = to_float(a.cos[r.ja]);
-    sa = to_float(a.sin[r.ja]);
-    cb = to_float(a.cos[r.jb]);
-    sb = to_float(a.sin[r.jb]);
-  }
-  const float x0 = x[r.ia], x1 = x[r.ib];
-  out[r.oa] = to_float(from_float<T>(fmaf(x0, ca, -x1 * sa)));
-  out[r.ob] = to_float(from_float<T>(fmaf(x1, cb, x0 * sb)));
+  rope_apply<T>(r, rope_pair_angles(a, r, i, half), a.ok, x, out);
 }
 
 }  // namespace latentkv::detail

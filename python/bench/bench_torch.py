@@ -14,6 +14,7 @@ Without a GPU it runs on the CPU backend (wall time only), as a smoke test.
 
     python python/bench/bench_torch.py [--cases founding,deepseek-v3] [--dtypes fp32,bf16]
                                        [--json results.json] [--no-compile] [--device cpu]
+                                       [--clock wall|thread]
 """
 
 import argparse
@@ -43,6 +44,7 @@ TARGET_CALL_US = 10.0
 TARGET_BINDING_US = 5.0
 # Issue 14: the module call, back to back, against the bare binding's call on a preallocated output.
 TARGET_MODULE_OVER_BINDING = 1.5
+CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
 
 
 def wall_us(fn, iters, repeats, sync):
@@ -67,11 +69,13 @@ def wall_us(fn, iters, repeats, sync):
     return statistics.median(samples)
 
 
-def interleaved_wall_us(fns, iters, repeats, sync):
+def interleaved_wall_us(fns, iters, repeats, sync, clock=time.perf_counter):
     """wall_us for several variants, their samples taken in rounds (one block of iters calls of
     each per round), so that no variant inherits the state another left behind (measured: the
     module timed right after the eager reference's CUDA-graph capture read up to 5 us slower than
-    the same call timed later in the run). Returns {key: (median, min, max)} over the rounds."""
+    the same call timed later in the run). Returns {key: (median, min, max)} over the rounds.
+    clock: time.perf_counter (wall), or time.thread_time (this thread's CPU time, steadier for
+    CPU-only calls on a loaded machine)."""
     for fn in fns.values():
         for _ in range(max(iters // 10, 3)):
             fn()
@@ -82,11 +86,11 @@ def interleaved_wall_us(fns, iters, repeats, sync):
     try:
         for _ in range(repeats):
             for key, fn in fns.items():
-                start = time.perf_counter()
+                start = clock()
                 for _ in range(iters):
                     fn()
                 sync()
-                samples[key].append((time.perf_counter() - start) / iters * 1e6)
+                samples[key].append((clock() - start) / iters * 1e6)
     finally:
         gc.enable()
     return {key: (statistics.median(v), min(v), max(v)) for key, v in samples.items()}
@@ -157,7 +161,7 @@ def bench_case(name, dtype_name, args, device):
     big = b * s * d * r > 2**26  # fewer iterations for the large presets
     iters = max(args.iters // (10 if big else 1), 20)
     walls = interleaved_wall_us({key: (lambda fn=fn: fn(x)) for key, fn in variants.items()},
-                                iters, args.repeats, sync)
+                                iters, args.repeats, sync, CLOCKS[args.clock])
     for key, fn in variants.items():
         row[f"wall_{key}_us"], row[f"wall_{key}_min_us"], row[f"wall_{key}_max_us"] = walls[key]
         if cuda:
@@ -182,7 +186,7 @@ def bench_case(name, dtype_name, args, device):
         "torch_op": lambda: lt.kv_proj(x, w_down, w_up_k, w_up_v, h),
         "module": lambda: ours(x),
     }
-    walls = interleaved_wall_us(layers, iters, args.repeats, sync)
+    walls = interleaved_wall_us(layers, iters, args.repeats, sync, CLOCKS[args.clock])
     for key in layers:
         row[f"layer_{key}_us"] = walls[key][0]
     return row
@@ -262,6 +266,9 @@ def main():
     parser.add_argument("--graph-calls", type=int, default=20, help="calls captured per CUDA graph")
     parser.add_argument("--replays", type=int, default=50, help="CUDA graph replays")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    parser.add_argument("--clock", choices=CLOCKS, default="wall",
+                        help="wall: elapsed time; thread: this thread's CPU time, for --device cpu "
+                        "on a loaded machine (time spent preempted is not counted)")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
 

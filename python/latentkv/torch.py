@@ -78,9 +78,8 @@ _is_grad_enabled = torch.is_grad_enabled
 def kv_proj(hidden, w_down, w_up_k, w_up_v, num_heads, *, latent_out=None):
     """latentkv.kv_proj for torch tensors: the registered op (traceable, capturable).
 
-    latent_out, if given, is written in place (the op declares the mutation). No autograd (the
-    output never requires grad): use reference_kv_proj, or LatentKVProjection, where gradients are
-    needed.
+    latent_out, if given, is written in place (the op declares the mutation). No autograd: use
+    reference_kv_proj, or LatentKVProjection, where gradients are needed.
     """
     try:
         if latent_out is None:

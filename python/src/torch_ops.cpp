@@ -13,8 +13,7 @@
 // sums) come from torch's allocator for the device, as at::empty's would, without its second
 // dispatch (the caching allocator for CUDA: stream-ordered, CUDA-graph safe), and run() goes on
 // torch's current stream of the tensors' device under a device guard. A refused call raises with
-// latentkv's message and writes nothing. The ops are not differentiable: their Autograd kernel
-// goes straight below autograd (their outputs never require grad). LATENTKV_TORCH_CUDA (set by CMake only when torch has
+// latentkv's message and writes nothing. LATENTKV_TORCH_CUDA (set by CMake only when torch has
 // CUDA) compiles the CUDA registration, device guard and stream lookup.
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
@@ -282,15 +281,6 @@ std::tuple<at::Tensor, at::Tensor> mla_kv_second_stage(
   return {out.k, out.v};
 }
 
-// The Autograd kernel of every op. The ops have no derivative (the modules run the reference math
-// where gradients are wanted), so this goes straight to the kernels below autograd, as torch's
-// docs prescribe for a non-differentiable custom op, rather than through torch's boxed autograd
-// fallback, which walks every argument and return of every call.
-void below_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                    torch::jit::Stack* stack) {
-  op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
-}
-
 }  // namespace
 
 TORCH_LIBRARY(latentkv, m) {
@@ -343,10 +333,3 @@ TORCH_LIBRARY_IMPL(latentkv, CUDA, m) {
   m.impl("mla_kv_second_stage", &mla_kv_second_stage);
 }
 #endif
-
-TORCH_LIBRARY_IMPL(latentkv, Autograd, m) {
-  for (const char* name : {"kv_proj", "kv_proj_with_latent", "mla_kv", "mla_kv_first_stage",
-                           "mla_kv_second_stage"}) {
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&below_autograd>());
-  }
-}

@@ -224,10 +224,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   float* out = p.partials + static_cast<int64_t>(blockIdx.y) * p.tokens * p.rows_ld +
                tile * kTileRows + 2 * q;
   if (g < p.tokens) {
-    *reinterpret_cast<float2*>(out + g * p.rows_ld) = make_float2(acc[0], acc[1]);
+    *reinterpret_cast<float2*>(out + static_cast<int64_t>(g) * p.rows_ld) =
+        make_float2(acc[0], acc[1]);
   }
   if (g + 8 < p.tokens) {
-    *reinterpret_cast<float2*>(out + (g + 8) * p.rows_ld) = make_float2(acc[2], acc[3]);
+    *reinterpret_cast<float2*>(out + static_cast<int64_t>(g + 8) * p.rows_ld) =
+        make_float2(acc[2], acc[3]);
   }
 }
 
@@ -513,6 +515,7 @@ StageAPlan stage_a_plan(int64_t model_dim, int64_t rows, int sm_count) {
 }
 
 constexpr int64_t kRegionAlignment = 256;
+constexpr int64_t kMaxGridY = 65535;  // gridDim.y's limit: K1's chunks of D
 
 // The workspace's regions (bytes from its first 256-byte boundary), for the largest call of the
 // problem (q_a on, the most chunks).
@@ -641,6 +644,8 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   config.attrs = pdl;
 
   if (runs_first(p)) {
+    // K1 is a plain launch, never a programmatic one: it zeroes the arrivals and overwrites the
+    // partials at once, so whatever ran before it in the stream (the previous call's K2) is done.
     const size_t smem_a = sizeof(T) * k.tokens * smem_ld(k.chunk);
     mla_decode_stage_a<T><<<dim3(plan.row_groups, plan.chunks), kThreads, smem_a, stream>>>(k);
     LATENTKV_RETURN_IF_ERROR(launch_error("mla_decode_stage_a launch"));
@@ -690,6 +695,17 @@ Status mla_cuda_decode_takes(const MlaProblem& p, const MlaArgs& a) {
       p.kv_b_rows() > INT_MAX / 2 || p.heads * p.k_width() > INT_MAX / 2) {
     return refuse("problem.model_dim, q_rank + kv_rank + rope_dim or heads * (nope_dim + "
                   "v_dim) exceeds its int32 indexing");
+  }
+  if (runs_first(p) && p.model_dim > kMaxGridY * kMaxChunk) {
+    return refuse("problem.model_dim = " + std::to_string(p.model_dim) + " exceeds " +
+                  std::to_string(kMaxGridY * kMaxChunk) + " (stage A's grid holds at most " +
+                  std::to_string(kMaxGridY) + " chunks of " + std::to_string(kMaxChunk) +
+                  " columns)");
+  }
+  if (runs_second(p) && p.tokens() * p.heads * p.rope_dim > INT_MAX / 2) {
+    return refuse("problem.batch * seq * heads * rope_dim = " +
+                  std::to_string(p.tokens() * p.heads * p.rope_dim) +
+                  " exceeds the int32 indexing of K's k_pe columns");
   }
   if (p.kv_rank % 8 != 0 || p.kv_rank > kMaxRank) {
     return refuse("problem.kv_rank = " + std::to_string(p.kv_rank) + " must be a multiple of 8 "

@@ -50,6 +50,8 @@ Status cuda_decode_fp32_fits(const Problem& problem);
 Status run_cuda_decode_fp32(const Problem& problem, const Args& args, Stream stream);
 int64_t cuda_decode_tc_workspace_size(const Problem& problem);
 Status cuda_decode_tc_fits(const Problem& problem);
+// kUnsupported where the build holds no sm_90 code for the kernel (device present).
+Status cuda_decode_tc_compiled();
 Status run_cuda_decode_tc(const Problem& problem, const Args& args, Stream stream);
 
 }  // namespace latentkv::detail

@@ -42,6 +42,7 @@ int64_t decode_tc_workspace(const Problem& p, bool) {
 Status decode_tc_takes(const Problem& p, const Args& a) {
   LATENTKV_RETURN_IF_ERROR(cuda_require_compute_capability(9, "cuda-decode (bf16/fp16)"));
   LATENTKV_RETURN_IF_ERROR(cuda_decode_tc_fits(p));
+  LATENTKV_RETURN_IF_ERROR(cuda_decode_tc_compiled());
   return cuda_decode_args(p, a, cuda_decode_tc_workspace_size(p));
 }
 

@@ -342,16 +342,17 @@ Status launch(const Problem& p, const Args& a, Stream stream) {
   config.blockDim = dim3(kThreads);
   config.stream = stream;
   config.attrs = pdl;
-  config.numAttrs = facts->major >= 9 ? 1 : 0;  // programmatic dependent launch is sm_90
 
   config.gridDim = dim3(static_cast<unsigned>((latent_floats(p) + 31) / 32));
   config.dynamicSmemBytes = 0;
+  config.numAttrs = programmatic_launch_allowed<kv_proj_decode_fp32_reduce<T>>(facts->major);
   LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, kv_proj_decode_fp32_reduce<T>, k));
 
   const int64_t up_tiles = ceil_div<int64_t>(2 * int64_t{k.kv_width}, UpTile<T>::kCols);
   config.gridDim = dim3(static_cast<unsigned>(
       std::min<int64_t>(up_tiles, int64_t{kUpBlocksPerSm} * facts->sm_count)));
   config.dynamicSmemBytes = up_smem_bytes(p);
+  config.numAttrs = programmatic_launch_allowed<kv_proj_decode_fp32_up<T, kGroup>>(facts->major);
   LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, kv_proj_decode_fp32_up<T, kGroup>, k));
   return Status::Ok();
 }

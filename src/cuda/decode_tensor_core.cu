@@ -663,6 +663,15 @@ Status cuda_decode_tc_fits(const Problem& p) {
   return Status::Ok();
 }
 
+// The kernel's body exists only in code compiled for sm_90 (ptx.h); a build without it (e.g.
+// CMAKE_CUDA_ARCHITECTURES=80 run on Hopper) refuses, and kAuto runs cuda-gemm.
+Status cuda_decode_tc_compiled() {
+  const int arch = compiled_arch<kv_proj_decode_tc_sm90<__nv_bfloat16, kNarrowUpCols>>();
+  if (arch >= 90) return Status::Ok();
+  return refuse("this build has no sm_90 code for kv_proj_decode_tc_sm90 (compiled for compute_" +
+                std::to_string(arch) + "); build with CMAKE_CUDA_ARCHITECTURES=90a");
+}
+
 Status run_cuda_decode_tc(const Problem& p, const Args& a, Stream stream) {
   if (p.dtype == DType::kBFloat16) return launch_for_width<__nv_bfloat16>(p, a, stream);
   if (p.dtype == DType::kFloat16) return launch_for_width<__half>(p, a, stream);

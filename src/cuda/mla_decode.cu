@@ -649,7 +649,8 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
     const size_t smem_a = sizeof(T) * k.tokens * smem_ld(k.chunk);
     mla_decode_stage_a<T><<<dim3(plan.row_groups, plan.chunks), kThreads, smem_a, stream>>>(k);
     LATENTKV_RETURN_IF_ERROR(launch_error("mla_decode_stage_a launch"));
-    config.numAttrs = facts->major >= 9 ? 1 : 0;  // programmatic dependent launch is sm_90
+    config.numAttrs =
+        programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(facts->major);
     config.gridDim = dim3(k.slices, k.tokens);
     config.dynamicSmemBytes = 0;
     LATENTKV_CUDA_RETURN(
@@ -657,7 +658,8 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   }
   if (!runs_second(p)) return Status::Ok();
   // Stage B alone waits for nothing of ours: a plain launch (its wait returns at once).
-  config.numAttrs = runs_first(p) && facts->major >= 9 ? 1 : 0;
+  config.numAttrs =
+      runs_first(p) && programmatic_launch_allowed<mla_decode_stage_b<T>>(facts->major);
   const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
   config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(
       ceil_div<int64_t>(tiles, kWarps), int64_t{kBlocksPerSm} * facts->sm_count)));
@@ -690,6 +692,11 @@ Status mla_cuda_decode_takes(const MlaProblem& p, const MlaArgs& a) {
                   " tokens of its one MMA tile (cuda-mla-gemm takes more)");
   }
   LATENTKV_RETURN_IF_ERROR(cuda_require_compute_capability(8, "cuda-mla-decode"));
+  // mma.sync exists only in code compiled for sm_80 or newer (ptx.h's stand-ins below it).
+  if (const int arch = compiled_arch<mla_decode_stage_a<__nv_bfloat16>>(); arch < 80) {
+    return refuse("this build has no sm_80+ code for its kernels (compiled for compute_" +
+                  std::to_string(arch) + ")");
+  }
   const int64_t eb = element_size(p.dtype);
   if (p.model_dim > INT_MAX / 2 || p.q_rank + p.cache_width() > INT_MAX / 2 ||
       p.kv_b_rows() > INT_MAX / 2 || p.heads * p.k_width() > INT_MAX / 2) {

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "cuda/cuda_check.h"
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define LATENTKV_SM80 1
 #else
@@ -162,6 +164,31 @@ __device__ __forceinline__ void wait_for_previous_stage() {
 #if LATENTKV_SM90
   cudaGridDependencySynchronize();
 #endif
+}
+
+// Host side: the virtual architecture `Kernel` was compiled for on the current device (90 for
+// sm_90a code, 80 where a binary built for sm_80 alone runs on Hopper from compute_80 PTX; 0 when
+// the query fails). Code compiled below an instruction's architecture holds the stand-ins above,
+// so a strategy whose kernels need sm_90 (or sm_80) checks this, not only the device. Asked once
+// per kernel.
+template <auto Kernel>
+int compiled_arch() {
+  static const int arch = [] {
+    const RelaxedCaptureScope relaxed;  // the first call may come inside a graph capture
+    cudaFuncAttributes attributes{};
+    return cudaFuncGetAttributes(&attributes, Kernel) == cudaSuccess ? attributes.ptxVersion : 0;
+  }();
+  return arch;
+}
+
+// May `Kernel` be launched as a programmatic dependent of the kernel before it (with
+// cudaLaunchAttributeProgrammaticStreamSerialization) on a device of compute capability `major`?
+// Only where both the device and the code the driver runs are sm_90: compute_80 code's
+// wait_for_previous_stage() is empty, so a programmatic launch of it would race. Stream order
+// alone is always correct.
+template <auto Kernel>
+bool programmatic_launch_allowed(int major) {
+  return major >= 9 && compiled_arch<Kernel>() >= 90;
 }
 
 }  // namespace latentkv::detail

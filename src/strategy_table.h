@@ -39,7 +39,8 @@ struct StrategyRow {
   // and the device's facts (compute capability), never at memory contents.
   Status (*takes)(const ProblemT&, const ArgsT&);
   // Is it the faster choice for this problem (heuristics.h)? At most one row of a backend and
-  // dtype says so for a problem; select_row asks only the rows that take the call.
+  // dtype says so for a problem. Looks at the problem alone (any problem check() accepts), so
+  // select_row finds the preferred row before asking any row to take the call.
   bool (*preferred)(const ProblemT&);
   // Bytes of args.workspace it needs for the problem (0: none); with_latent: the caller gives the
   // projection's latent output (MLA rows ignore it).
@@ -104,27 +105,37 @@ Status select_row(const StrategyTable<ProblemT, ArgsT>& table, const ProblemT& p
       return takes;
     }
   }
-  const StrategyRow<ProblemT, ArgsT>* fallback = nullptr;
+  // kAuto. preferred() looks at the problem alone, so the preferred row is found without asking
+  // any row to take the call: on the common path no refusal message is built.
+  const auto matches = [&](const StrategyRow<ProblemT, ArgsT>& row) {
+    return row.backend == backend && (row.dtypes & dtype);
+  };
+  const StrategyRow<ProblemT, ArgsT>* preferred = nullptr;
+  for (const auto& row : table) {
+    if (matches(row) && row.preferred(p)) {
+      preferred = &row;
+      break;
+    }
+  }
+  if (preferred != nullptr && preferred->takes(p, a).ok()) {
+    *out = preferred;
+    return Status::Ok();
+  }
+  for (const auto& row : table) {
+    if (matches(row) && &row != preferred && row.takes(p, a).ok()) {
+      *out = &row;
+      return Status::Ok();
+    }
+  }
+  // No row takes the call: each one's reason.
   std::string reasons;
   StatusCode code = StatusCode::kUnsupported;
   for (const auto& row : table) {
-    if (row.backend != backend || !(row.dtypes & dtype)) continue;
-    Status takes = row.takes(p, a);
-    if (takes.ok()) {
-      if (row.preferred(p)) {
-        *out = &row;
-        return Status::Ok();
-      }
-      if (fallback == nullptr) fallback = &row;
-      continue;
-    }
+    if (!matches(row)) continue;
+    const Status takes = row.takes(p, a);
     if (takes.code() == StatusCode::kInvalidArgument) code = takes.code();
     reasons += std::string(reasons.empty() ? "" : "; ") + to_string(row.id) + ": " +
                takes.message();
-  }
-  if (fallback != nullptr) {
-    *out = fallback;
-    return Status::Ok();
   }
   return {code, std::string("no ") + to_string(backend) + " strategy takes " + p.to_string() +
                     ": " + reasons};

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cuda/convert.h"
 #include "cuda_check.h"
 
 namespace latentkv::bench {
@@ -22,20 +23,8 @@ constexpr int kRowThreads = 128;   // RoPE, the cache scatter and gather: one to
 constexpr int kCopyThreads = 256;
 constexpr int64_t kMaxCopyBlocks = 65535;
 
-__device__ inline float to_float(float x) { return x; }
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ inline float to_float(__half x) { return __half2float(x); }
-
-template <typename T>
-__device__ inline T from_float(float x);
-template <>
-__device__ inline float from_float<float>(float x) { return x; }
-template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ inline __half from_float<__half>(float x) { return __float2half_rn(x); }
+using detail::from_float;  // the library's conversions (src/cuda/convert.h)
+using detail::to_float;
 
 // x rounded to T, as a torch op on T tensors leaves it.
 template <typename T>

@@ -6,6 +6,8 @@ and latentkv.torch.LatentKVProjection. Two numbers per variant:
   wall: per call, back to back from Python (what a Python caller pays: CPU overhead or GPU time,
         whichever is larger), synchronized once at the end of the loop;
   gpu:  per call inside a CUDA graph of many calls, replayed (GPU time alone, no launch overhead).
+  kb:   one call between two CUDA events with L2 flushed before it (KernelBench's way: a 256 MB
+        buffer is zeroed first, so weights and inputs come from HBM), median of many trials.
 It also prints the layers of latentkv's own per-call cost, each back to back: the binding's no-op
 call, the binding call that runs (on a preallocated output and workspace: the baseline), the op
 (torch.ops.latentkv.kv_proj.default), latentkv.torch.kv_proj and the module; and closes with a
@@ -121,6 +123,31 @@ def graph_us(fn, calls_per_graph, replays):
     return start.elapsed_time(end) * 1e3 / (replays * calls_per_graph)
 
 
+_L2_FLUSH_BYTES = 256 << 20  # over 4x the H100/H200 L2 (50/60 MiB), as triton.testing.do_bench uses
+
+
+def kernelbench_us(fn, trials):
+    """One call timed between CUDA events, L2 flushed before each trial; median over trials. This
+    is what a single call from Python costs when nothing it reads is cached: launch overhead plus
+    GPU time, as KernelBench times a module's forward."""
+    flush = torch.empty(_L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(trials):
+        flush.zero_()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3)
+    del flush
+    return statistics.median(samples)
+
+
 def supported(fn):
     """None when latentkv runs fn, else the refusal (a dtype or size its kernels do not take)."""
     try:
@@ -170,6 +197,7 @@ def bench_case(name, dtype_name, args, device):
             except RuntimeError as e:  # a variant that cannot be captured is reported, not fatal
                 row[f"gpu_{key}_us"] = None
                 print(f"{name} {dtype_name} {key}: CUDA graph capture failed: {e}")
+            row[f"kb_{key}_us"] = kernelbench_us(lambda: fn(x), args.kb_trials)
 
     # latentkv's own layers, each timed back to back.
     w_down, w_up_k, w_up_v = (p.detach() for p in ours.parameters())
@@ -223,6 +251,18 @@ def print_table(rows, device):
             f"{fmt(ratio(r.get('gpu_compiled_us'), r.get('gpu_latentkv_us')))} |"
             f"{r['rel_error_latentkv']:9.1e}"
         )
+    if device == "cuda":
+        print()
+        print("one call between CUDA events, L2 flushed before it (KernelBench's way), median us:")
+        print(f"{'case':<17}{'dtype':<6}{'eager':>9}{'compiled':>9}{'latentkv':>9}{'x eager':>9}"
+              f"{'x comp':>9}")
+        for r in rows:
+            if "unsupported" in r:
+                continue
+            print(f"{r['case']:<17}{r['dtype']:<6}{fmt(r.get('kb_eager_us'))}"
+                  f"{fmt(r.get('kb_compiled_us'))}{fmt(r.get('kb_latentkv_us'))}"
+                  f"{fmt(ratio(r.get('kb_eager_us'), r.get('kb_latentkv_us')))}"
+                  f"{fmt(ratio(r.get('kb_compiled_us'), r.get('kb_latentkv_us')))}")
     print()
     print("latentkv per-call layers, back to back from Python, us, sampled in rounds (noop: the "
           "binding parsing and checking, no run; binding: _C.kv_proj on a preallocated output and "
@@ -265,6 +305,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=5, help="wall samples (median)")
     parser.add_argument("--graph-calls", type=int, default=20, help="calls captured per CUDA graph")
     parser.add_argument("--replays", type=int, default=50, help="CUDA graph replays")
+    parser.add_argument("--kb-trials", type=int, default=200,
+                        help="single-call trials with L2 flushed (KernelBench's way), GPU only")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
     parser.add_argument("--clock", choices=CLOCKS, default="wall",
                         help="wall: elapsed time; thread: this thread's CPU time, for --device cpu "

@@ -109,6 +109,14 @@ def reference_kv_proj(hidden, w_down, w_up_k, w_up_v, num_heads):
     return torch.stack([k, v], dim=0)
 
 
+def _check_positive_int(name, value, alternative=""):
+    # A dimension is a positive integer; bool is an int subclass but never a size (True is not 1).
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} = {value!r} must be an integer{alternative}")
+    if value <= 0:
+        raise ValueError(f"{name} = {value} must be positive{alternative}")
+
+
 class LatentKVProjection(nn.Module):
     """Drop-in for the reference MLA KV projection module.
 
@@ -122,8 +130,7 @@ class LatentKVProjection(nn.Module):
         super().__init__()
         for name, value in (("model_dim", model_dim), ("rank", rank), ("num_heads", num_heads),
                             ("head_dim", head_dim)):
-            if value <= 0:
-                raise ValueError(f"{name} = {value} must be positive")
+            _check_positive_int(name, value)
         self.model_dim = model_dim
         self.rank = rank
         self.num_heads = num_heads
@@ -383,10 +390,9 @@ class MLAKVProjection(nn.Module):
         for name, value in (("hidden_size", hidden_size), ("kv_lora_rank", kv_lora_rank),
                             ("qk_rope_head_dim", qk_rope_head_dim), ("num_heads", num_heads),
                             ("qk_nope_head_dim", qk_nope_head_dim), ("v_head_dim", v_head_dim)):
-            if value <= 0:
-                raise ValueError(f"{name} = {value} must be positive")
-        if q_lora_rank is not None and q_lora_rank <= 0:
-            raise ValueError(f"q_lora_rank = {q_lora_rank} must be positive or None")
+            _check_positive_int(name, value)
+        if q_lora_rank is not None:
+            _check_positive_int("q_lora_rank", q_lora_rank, " or None")
         if rope_style not in ROPE_STYLES:
             raise ValueError(f"rope_style = {rope_style!r}: expected one of {ROPE_STYLES}")
         factory = {"device": device, "dtype": dtype}

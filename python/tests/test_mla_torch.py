@@ -253,3 +253,7 @@ def test_module_loads_transformers_weights_and_falls_back_for_autograd():
     assert module.kv_a_proj_with_mqa.weight.grad is not None
     with pytest.raises(ValueError, match="num_heads = 0 must be positive"):
         lt.MLAKVProjection(8, 4, 2, 0, 2, 2)
+    with pytest.raises(ValueError, match="num_heads = True must be an integer"):
+        lt.MLAKVProjection(8, 4, 2, True, 2, 2)
+    with pytest.raises(ValueError, match="q_lora_rank = 0 must be positive or None"):
+        lt.MLAKVProjection(8, 4, 2, 2, 2, 2, q_lora_rank=0)

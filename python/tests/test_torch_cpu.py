@@ -295,6 +295,11 @@ def test_module_repr_and_validation():
     assert "num_heads=4" in repr(lt.LatentKVProjection(8, 4, 4, 2))
     with pytest.raises(ValueError, match="rank = 0 must be positive"):
         lt.LatentKVProjection(8, 0, 4, 2)
+    # bool is an int subclass, but True is not a head count; a float is not a size either.
+    with pytest.raises(ValueError, match="num_heads = True must be an integer"):
+        lt.LatentKVProjection(8, 4, True, 2)
+    with pytest.raises(ValueError, match="head_dim = 2.0 must be an integer"):
+        lt.LatentKVProjection(8, 4, 4, 2.0)
 
 
 def test_module_forward_overrides_are_called():

@@ -8,6 +8,16 @@
 // Row-major C[M, N] = A[M, K] op(B) is Lt's column-major C^T = op(B)^T A^T, so every call passes
 // (B, A) with the row strides as leading dimensions. B is either [K, N] row-major or, for weights
 // in nn.Linear's [out, in] layout, [N, K] row-major (b_transposed: Lt's "TN" product).
+//
+// The plan takes the heuristic's first algorithm, except where the caller marks a GEMM
+// short_inner (see Shape): cuda-mla-gemm's stage B, 512 deep. There, when the first algorithm's
+// Lt tile is 128x256 and its grid is at least kShortInnerWaves waves of the device's SMs, the
+// plan takes the heuristic's first 128x160 or 128x128 candidate instead. Measured on an H200
+// (docs/experiments.md, cuBLASLt 13.0, bf16, [T, 512] x [512, 128] batched over H heads): V3
+// (H = 128) 1.20x at T = 4096 and 1.11x at T = 1024; V2-Lite T = 4096 (H = 16, 1.9 waves of
+// 128x256) is 0.90x with 128x128 and keeps the first. A 512-deep tile is only 8 k-blocks of 64,
+// so a 128x256 tile (one CTA an SM) pays its pipeline fill and its epilogue every wave, which
+// smaller tiles, two an SM, overlap.
 #pragma once
 
 #include <cublasLt.h>
@@ -43,9 +53,9 @@ inline Status cublas_status(cublasStatus_t s, const char* what) {
                                       cublasGetStatusString(s)};
 }
 
-// in_type, out_type, b_transposed, batches, rows, cols, inner, a.ld, b.ld, ldc, the three batch
+// in_type, out_type, b_transposed, short_inner, batches, rows, cols, inner, a.ld, b.ld, ldc, the three batch
 // strides, the three pointer alignments, scratch bytes.
-using PlanKey = std::array<int64_t, 17>;
+using PlanKey = std::array<int64_t, 18>;
 
 struct Plan {
   PlanKey key{};
@@ -141,7 +151,49 @@ struct Shape {
   DType out_type;
   bool b_transposed;  // B given as [cols, inner] (nn.Linear's weight), else [inner, cols]
   int64_t batches, rows, cols, inner;
+  bool short_inner = false;  // the tile rule of the header comment applies
 };
+
+constexpr int kShortInnerCandidates = 8;  // heuristic results the short_inner rule looks through
+constexpr int64_t kShortInnerWaves = 3;
+
+// The Lt tile's extent over Lt's M (our cols) and N (our rows) for the tiles the short_inner rule
+// names; {0, 0} for any other.
+inline std::pair<int64_t, int64_t> tile_extent(const cublasLtMatmulAlgo_t& algo) {
+  uint32_t tile = CUBLASLT_MATMUL_TILE_UNDEFINED;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                           sizeof tile, &written) != CUBLAS_STATUS_SUCCESS) {
+    return {0, 0};
+  }
+  switch (tile) {
+    case CUBLASLT_MATMUL_TILE_128x128: return {128, 128};
+    case CUBLASLT_MATMUL_TILE_128x160: return {128, 160};
+    case CUBLASLT_MATMUL_TILE_128x256: return {128, 256};
+    default: return {0, 0};
+  }
+}
+
+// The short_inner rule over the heuristic's `found` results: the index of the one to run.
+inline int short_inner_choice(const Shape& g, const cublasLtMatmulHeuristicResult_t* results,
+                              int found) {
+  const auto [tile_cols, tile_rows] = tile_extent(results[0].algo);
+  if (tile_cols != 128 || tile_rows != 256) return 0;
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return 0;
+  }
+  const int64_t ctas = (g.cols + tile_cols - 1) / tile_cols *
+                       ((g.rows + tile_rows - 1) / tile_rows) * g.batches;
+  if (ctas < kShortInnerWaves * sms) return 0;
+  for (int i = 1; i < found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    const auto [cols, rows] = tile_extent(results[i].algo);
+    if (cols == 128 && (rows == 128 || rows == 160)) return i;
+  }
+  return 0;
+}
 
 // The largest power of two (up to 16) dividing the address of every batch's operand.
 inline int64_t alignment(const void* data, int64_t batch_stride_bytes) {
@@ -213,14 +265,17 @@ inline Status make_plan(cublasLtHandle_t lt, const Shape& g, Operand a, Operand 
     s = cublas_status(cublasLtMatmulPreferenceSetAttribute(pref, attribute, value, sizeof *value),
                       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)");
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kShortInnerCandidates] = {};
   int found = 0;
   if (s.ok()) {
     const cublasStatus_t asked = cublasLtMatmulAlgoGetHeuristic(
-        lt, plan->desc, plan->a, plan->b, plan->c, plan->c, pref, 1, &result, &found);
+        lt, plan->desc, plan->a, plan->b, plan->c, plan->c, pref,
+        g.short_inner ? kShortInnerCandidates : 1, results, &found);
     plan->use_gemm_ex = asked != CUBLAS_STATUS_SUCCESS || found == 0 ||
-                        result.state != CUBLAS_STATUS_SUCCESS;
-    plan->algo = result.algo;
+                        results[0].state != CUBLAS_STATUS_SUCCESS;
+    const int chosen = plan->use_gemm_ex || !g.short_inner ? 0
+                                                            : short_inner_choice(g, results, found);
+    plan->algo = results[chosen].algo;
   }
   if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
   return s;
@@ -239,7 +294,7 @@ inline Status gemm(const Context& ctx, const Shape& g, Operand a, Operand b, voi
                               alignment(b.data, b.batch_stride * in_bytes),
                               alignment(c, c_batch_stride * out_bytes)};
   const PlanKey key = {static_cast<int64_t>(g.in_type), static_cast<int64_t>(g.out_type),
-                       g.b_transposed, g.batches, g.rows, g.cols, g.inner, a.ld, b.ld, ldc,
+                       g.b_transposed, g.short_inner, g.batches, g.rows, g.cols, g.inner, a.ld, b.ld, ldc,
                        a.batch_stride, b.batch_stride, c_batch_stride, aligned[0], aligned[1],
                        aligned[2], ctx.scratch_bytes};
   auto plan = std::find_if(h.plans.begin(), h.plans.end(),

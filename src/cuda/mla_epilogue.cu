@@ -1,9 +1,14 @@
-// The MLA path's kernels around its GEMMs (declared and described in mla_epilogue.h). One block
-// per token: the token's row of the first GEMM's float32 output is read once from memory (the
-// second read, after the norms' statistics, hits L1), the two sums of squares are reduced
-// together, k_pe is rotated into shared memory once and broadcast from there into every head's K
-// columns and the cache row. Indices and offsets are int64 wherever they reach into a tensor;
-// positions and slots outside their tables read and write nothing.
+// The MLA path's kernels around its GEMMs (declared and described in mla_epilogue.h). One warp
+// per token, eight tokens a block, so that a whole prefill's tokens are resident at once and every
+// token's loads are in flight together (a block per token with __syncthreads between its phases
+// waited on several dependent memory round trips per token, four waves deep at T = 4096). A
+// token's RoPE angles are loaded first, its row of the first GEMM's float32 output is read once
+// from memory for the sums of squares (the second read, for the writes, hits L1), k_pe is rotated
+// into the warp's shared memory and broadcast from there into every head's K columns with 16-byte
+// stores where K's row and head stride allow (each lane keeps one vector and stores it to every
+// head: V3 writes 16 KB of k_pe columns per token) and into the cache row. Indices and offsets are
+// int64 wherever they reach into a tensor; positions and slots outside their tables read and write
+// nothing.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -21,91 +26,115 @@
 namespace latentkv::detail {
 namespace {
 
-// Enough threads for the widest rows (Rq + R = 2048 on DeepSeek-V3: 8 values a thread) and for
-// H * dr K columns per token (8192: 32 a thread); few enough that T = 4096 still fills the GPU.
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-static_assert(kThreads % 32 == 0, "whole warps: the reduction is per warp, then across warps");
+// Eight warps (tokens) a block (kMlaEpilogueWarps): T = 4096 is 512 blocks, under the 8 x 132
+// that an H200 keeps resident with 256 threads each; T = 1024 still spreads over all SMs.
+constexpr int kWarps = static_cast<int>(kMlaEpilogueWarps);
+constexpr int kThreads = kWarps * 32;
+static_assert(kMlaEpilogueMaxRopeDim * kWarps * sizeof(float) <= 48 * 1024,
+              "each warp's k_pe fits the default dynamic shared memory");
+constexpr int kVectorBytes = 16;
+
+// k_pe [dr] (shared memory, float32, each value already rounded to T) written into K's columns
+// dn .. dn + dr of every head of token row `k` ([H, dn + dr] from column dn, head stride
+// `stride_head`) by one warp. Where dr splits into 16-byte vectors whose count divides 32 and K's
+// row and head stride are 16-byte aligned, each lane packs one vector once and stores it to every
+// (32 / vectors)-th head; else one element per lane and store.
+template <typename T>
+__device__ __forceinline__ void broadcast_k_pe(T* k, int64_t stride_head, int heads,
+                                               int rope_dim, const float* pe, int lane) {
+  constexpr int kPerVector = kVectorBytes / static_cast<int>(sizeof(T));
+  const int vectors = rope_dim / kPerVector;  // per head
+  const bool vectorized = rope_dim % kPerVector == 0 && vectors > 0 && 32 % vectors == 0 &&
+                          reinterpret_cast<uintptr_t>(k) % kVectorBytes == 0 &&
+                          (stride_head * static_cast<int64_t>(sizeof(T))) % kVectorBytes == 0;
+  if (vectorized) {
+    struct alignas(kVectorBytes) Vector {
+      T e[kPerVector];
+    } v;
+    const int q = lane % vectors;
+#pragma unroll
+    for (int e = 0; e < kPerVector; ++e) v.e[e] = from_float<T>(pe[q * kPerVector + e]);
+    const int heads_per_pass = 32 / vectors;
+    for (int h = lane / vectors; h < heads; h += heads_per_pass) {
+      *reinterpret_cast<Vector*>(k + h * stride_head + q * kPerVector) = v;
+    }
+    return;
+  }
+  const int columns = heads * rope_dim;
+  for (int idx = lane; idx < columns; idx += 32) {
+    const int h = idx / rope_dim, j = idx % rope_dim;
+    k[h * stride_head + j] = from_float<T>(pe[j]);
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
 
 template <typename T, typename RopeT>
 __global__ void __launch_bounds__(kThreads) mla_stage_a_epilogue_kernel(const MlaEpilogueParams p) {
-  extern __shared__ float pe[];  // [dr]: k_pe after RoPE, rounded to T
-  __shared__ float partial[kWarps][2];
-  const int t = blockIdx.x;
+  extern __shared__ float pe_all[];  // [kWarps][dr]: each warp's k_pe after RoPE, rounded to T
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int t = blockIdx.x * kWarps + warp;
+  if (t >= p.tokens) return;  // no block-wide barrier below: a warp per token
+  float* pe = pe_all + warp * p.rope_dim;
   const float* row = p.ckv + static_cast<int64_t>(t) * p.ckv_ld;  // [Rq + R + dr]
   const int width = p.q_rank + p.kv_rank;
 
-  float sum_q = 0.f, sum_c = 0.f;
-  for (int i = threadIdx.x; i < width; i += blockDim.x) {
-    const float x = row[i];
-    if (i < p.q_rank) {
-      sum_q = fmaf(x, x, sum_q);
-    } else {
-      sum_c = fmaf(x, x, sum_c);
-    }
-  }
-
-  // RoPE (mla_rope.h). A position outside [0, max_position) reads nothing: the token's k_pe NaN.
+  // RoPE (mla_rope.h): the angles first, the loads that do not depend on the GEMM's output. A
+  // position outside [0, max_position) reads nothing: the token's k_pe NaN.
   const int half = p.rope_dim / 2;
-  const float* pe_in = row + width;  // [dr]
   const RopeAngles<RopeT> angles = rope_angles<RopeT>(p, t);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+  const float* pe_in = row + width;  // [dr]
+  for (int i = lane; i < half; i += 32) {
     rope_rotate_pair<T, RopeT>(p.style, angles, i, half, pe_in, pe);
   }
 
-  for (int offset = 16; offset > 0; offset /= 2) {
-    sum_q += __shfl_xor_sync(0xffffffffu, sum_q, offset);
-    sum_c += __shfl_xor_sync(0xffffffffu, sum_c, offset);
-  }
-  if (threadIdx.x % 32 == 0) {
-    partial[threadIdx.x / 32][0] = sum_q;
-    partial[threadIdx.x / 32][1] = sum_c;
-  }
-  __syncthreads();  // partial[] and pe[] complete; neither is written again
-  sum_q = sum_c = 0.f;
-  for (int w = 0; w < kWarps; ++w) {
-    sum_q += partial[w][0];
-    sum_c += partial[w][1];
-  }
+  float sum_q = 0.f, sum_c = 0.f;
+#pragma unroll 4
+  for (int i = lane; i < p.q_rank; i += 32) sum_q = fmaf(row[i], row[i], sum_q);
+#pragma unroll 4
+  for (int i = p.q_rank + lane; i < width; i += 32) sum_c = fmaf(row[i], row[i], sum_c);
+  sum_q = warp_sum(sum_q);
+  sum_c = warp_sum(sum_c);
+  __syncwarp();  // pe complete
   const float inv_q = p.q_rank > 0 ? rsqrtf(sum_q / static_cast<float>(p.q_rank) + p.eps) : 0.f;
   const float inv_c = rsqrtf(sum_c / static_cast<float>(p.kv_rank) + p.eps);
 
+  if (T* k = mla_k_pe_columns<T>(p.k, t, p.seq, p.nope_dim); k != nullptr) {
+    broadcast_k_pe<T>(k, p.k.stride_head, p.heads, p.rope_dim, pe, lane);
+  }
   if (p.q_a != nullptr) {
     const T* gamma = static_cast<const T*>(p.q_norm);
     T* out = static_cast<T*>(p.q_a) + token_offset(t, p.seq, p.q_a_stride_batch, p.q_a_stride_seq);
-    for (int i = threadIdx.x; i < p.q_rank; i += blockDim.x) {
+    for (int i = lane; i < p.q_rank; i += 32) {
       out[i] = from_float<T>(row[i] * inv_q * to_float(gamma[i]));
     }
   }
-
   T* cache = mla_cache_row<T>(p.cache, t, p.seq);  // [R + dr] or null
   T* latent = p.latent == nullptr
                   ? nullptr
                   : static_cast<T*>(p.latent) + static_cast<int64_t>(t) * p.kv_rank;
   const T* gamma = static_cast<const T*>(p.kv_norm);
-  for (int i = threadIdx.x; i < p.kv_rank; i += blockDim.x) {
+  for (int i = lane; i < p.kv_rank; i += 32) {
     const T c = from_float<T>(row[p.q_rank + i] * inv_c * to_float(gamma[i]));
     if (cache != nullptr) cache[i] = c;
     if (latent != nullptr) latent[i] = c;
   }
   if (cache != nullptr) {
-    for (int j = threadIdx.x; j < p.rope_dim; j += blockDim.x) {
-      cache[p.kv_rank + j] = from_float<T>(pe[j]);
-    }
-  }
-  if (T* k = mla_k_pe_columns<T>(p.k, t, p.seq, p.nope_dim); k != nullptr) {
-    const int columns = p.heads * p.rope_dim;
-    for (int idx = threadIdx.x; idx < columns; idx += blockDim.x) {
-      const int h = idx / p.rope_dim, j = idx % p.rope_dim;
-      k[h * p.k.stride_head + j] = from_float<T>(pe[j]);
-    }
+    for (int j = lane; j < p.rope_dim; j += 32) cache[p.kv_rank + j] = from_float<T>(pe[j]);
   }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     mla_stage_b_inputs_kernel(const MlaStageBInputParams p) {
-  const int t = blockIdx.x;
+  extern __shared__ float pe_all[];  // [kWarps][dr]: each warp's k_pe
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int t = blockIdx.x * kWarps + warp;
+  if (t >= p.tokens) return;  // no block-wide barrier below: a warp per token
+  float* pe_row = pe_all + warp * p.rope_dim;
   const T* pe = nullptr;  // [dr]; null: a skipped slot, zeros
   const T* c = nullptr;   // [R]
   if (p.k_pe != nullptr) {
@@ -114,23 +143,26 @@ __global__ void __launch_bounds__(kThreads)
   } else if ((c = mla_cache_row<const T>(p.cache, t, p.seq)) != nullptr) {
     pe = c + p.kv_rank;
   }
+  for (int j = lane; j < p.rope_dim; j += 32) pe_row[j] = pe ? to_float(pe[j]) : 0.f;
   const T zero = from_float<T>(0.f);
   if (p.latent != nullptr) {
     T* latent = static_cast<T*>(p.latent) + static_cast<int64_t>(t) * p.kv_rank;
-    for (int i = threadIdx.x; i < p.kv_rank; i += blockDim.x) latent[i] = c ? c[i] : zero;
+    for (int i = lane; i < p.kv_rank; i += 32) latent[i] = c ? c[i] : zero;
   }
-  T* k = mla_k_pe_columns<T>(p.k, t, p.seq, p.nope_dim);
-  const int columns = p.heads * p.rope_dim;
-  for (int idx = threadIdx.x; idx < columns; idx += blockDim.x) {
-    const int h = idx / p.rope_dim, j = idx % p.rope_dim;
-    k[h * p.k.stride_head + j] = pe ? pe[j] : zero;
+  __syncwarp();  // pe_row complete
+  if (T* k = mla_k_pe_columns<T>(p.k, t, p.seq, p.nope_dim); k != nullptr) {
+    broadcast_k_pe<T>(k, p.k.stride_head, p.heads, p.rope_dim, pe_row, lane);
   }
+}
+
+unsigned blocks(int tokens) {
+  return static_cast<unsigned>((static_cast<int64_t>(tokens) + kWarps - 1) / kWarps);
 }
 
 template <typename T, typename RopeT>
 Status launch_epilogue(const MlaEpilogueParams& p, Stream stream) {
-  const size_t smem = static_cast<size_t>(p.rope_dim) * sizeof(float);
-  mla_stage_a_epilogue_kernel<T, RopeT><<<p.tokens, kThreads, smem, stream>>>(p);
+  const size_t smem = static_cast<size_t>(kWarps) * p.rope_dim * sizeof(float);
+  mla_stage_a_epilogue_kernel<T, RopeT><<<blocks(p.tokens), kThreads, smem, stream>>>(p);
   return cuda_status(cudaGetLastError(), "mla_stage_a_epilogue_kernel launch");
 }
 
@@ -142,7 +174,8 @@ Status launch_epilogue_rope(const MlaEpilogueParams& p, Stream stream) {
 
 template <typename T>
 Status launch_inputs(const MlaStageBInputParams& p, Stream stream) {
-  mla_stage_b_inputs_kernel<T><<<p.tokens, kThreads, 0, stream>>>(p);
+  const size_t smem = static_cast<size_t>(kWarps) * p.rope_dim * sizeof(float);
+  mla_stage_b_inputs_kernel<T><<<blocks(p.tokens), kThreads, smem, stream>>>(p);
   return cuda_status(cudaGetLastError(), "mla_stage_b_inputs_kernel launch");
 }
 

@@ -102,6 +102,7 @@ TokenRows token_rows(const MlaProblem& p, int64_t stride_batch, int64_t stride_s
 
 // out[:, h, :cols] = c [T, R] @ w[h * (dn + dv) rows .. + cols]^T for every head h: one GEMM
 // batched over the heads where c's and out's rows fold, else the smaller of B and H looped over.
+// Each is marked short_inner (R deep): lt_matmul.h's tile rule for such GEMMs.
 Status head_gemms(const lt::Context& ctx, const MlaProblem& p, const void* c, TokenRows c_rows,
                   const char* w, int64_t ldw, int64_t cols, char* out, TokenRows out_rows,
                   int64_t out_stride_head) {
@@ -109,7 +110,7 @@ Status head_gemms(const lt::Context& ctx, const MlaProblem& p, const void* c, To
   const int64_t w_head = (p.nope_dim + p.v_dim) * ldw;  // elements between heads' weight rows
   const lt::Operand w_heads{w, ldw, w_head};
   if (c_rows.folds && out_rows.folds) {
-    return lt::gemm(ctx, {p.dtype, p.dtype, true, p.heads, p.tokens(), cols, p.kv_rank},
+    return lt::gemm(ctx, {p.dtype, p.dtype, true, p.heads, p.tokens(), cols, p.kv_rank, true},
                     {c, c_rows.ld, 0}, w_heads, out, out_rows.ld, out_stride_head);
   }
   // Not folding means B > 1 and S > 1: token_rows gave seq strides and batch strides.
@@ -117,14 +118,14 @@ Status head_gemms(const lt::Context& ctx, const MlaProblem& p, const void* c, To
   Status s;
   if (p.heads >= p.batch) {
     for (int64_t b = 0; b < p.batch && s.ok(); ++b) {
-      s = lt::gemm(ctx, {p.dtype, p.dtype, true, p.heads, p.seq, cols, p.kv_rank},
+      s = lt::gemm(ctx, {p.dtype, p.dtype, true, p.heads, p.seq, cols, p.kv_rank, true},
                    {c_bytes + b * c_rows.batch_stride * eb, c_rows.ld, 0}, w_heads,
                    out + b * out_rows.batch_stride * eb, out_rows.ld, out_stride_head);
     }
     return s;
   }
   for (int64_t h = 0; h < p.heads && s.ok(); ++h) {
-    s = lt::gemm(ctx, {p.dtype, p.dtype, true, p.batch, p.seq, cols, p.kv_rank},
+    s = lt::gemm(ctx, {p.dtype, p.dtype, true, p.batch, p.seq, cols, p.kv_rank, true},
                  {c, c_rows.ld, c_rows.batch_stride}, {w + h * w_head * eb, ldw, 0},
                  out + h * out_stride_head * eb, out_rows.ld, out_rows.batch_stride);
   }
@@ -224,6 +225,12 @@ Status mla_cuda_gemm_takes(const MlaProblem& p, const MlaArgs& a) {
                 {"problem.heads * (problem.nope_dim + problem.v_dim)", p.kv_b_rows()}};
   for (const auto& limit : limits) {
     if (limit.value > kMax) return too_large(limit.what, limit.value);
+  }
+  if (p.rope_dim > kMlaEpilogueMaxRopeDim) {
+    return {StatusCode::kUnsupported,
+            "problem.rope_dim = " + std::to_string(p.rope_dim) +
+                " exceeds cuda-mla-gemm's limit (" + std::to_string(kMlaEpilogueMaxRopeDim) +
+                ": each token's k_pe is kept in shared memory)"};
   }
   LATENTKV_RETURN_IF_ERROR(
       mla_elements_aligned(a, element_size(p.dtype), element_size(p.rope_dtype)));

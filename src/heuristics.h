@@ -13,6 +13,7 @@
 
 #include "latentkv/latentkv.h"
 #include "latentkv/mla.h"
+#include "cuda/tile_sizes.h"
 
 namespace latentkv::detail {
 
@@ -73,6 +74,18 @@ bool cuda_gemm_preferred(const Problem& p);
 // cuda-fused: the resident configuration (weights in shared memory) for this many token tiles.
 inline bool fused_use_resident(int64_t tiles, bool weights_fit, int sm_count) {
   return weights_fit && tiles >= int64_t{kFusedResidentMinTilesPerSm} * sm_count;
+}
+// cuda-fused cluster configuration: tokens per cluster, the fewest (a multiple of 4) that keep
+// the clusters within one block per SM, so the latency-bound small calls spread over every SM
+// with the least work per block; at most kFusedClusterMaxTokens, where many tokens amortize each
+// block's weight slice.
+inline int64_t fused_cluster_tile_tokens(int64_t tokens, int sm_count) {
+  const int64_t blocks_per_sm = sm_count > 0 ? sm_count : 1;
+  const int64_t fill = (tokens * tiles::kFusedClusterBlocks + blocks_per_sm - 1) / blocks_per_sm;
+  const int64_t tile = (fill + 3) / 4 * 4;
+  return tile < tiles::kFusedClusterMinTokens   ? tiles::kFusedClusterMinTokens
+         : tile > tiles::kFusedClusterMaxTokens ? tiles::kFusedClusterMaxTokens
+                                                : tile;
 }
 // cuda-decode bf16/fp16: 64-column up tiles for this many of them.
 inline bool decode_tc_use_wide_tiles(int64_t wide_tiles, bool wide_fits, int sm_count) {

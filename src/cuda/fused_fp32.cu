@@ -3,8 +3,10 @@
 // (and the latent, when asked) directly. FFMA with float32 accumulation: the error against float64
 // stays near 1e-7 (no TF32).
 //
-// Two tile configurations (tile_sizes.h), one kernel template, kv_proj_fused_fp32 (any
-// architecture):
+// First choice, where it takes the call: the cluster configuration (fused_fp32_cluster.cu: sm_90,
+// 16-byte aligned rows; 4 blocks per token tile, each fetching a quarter of the weights, every load
+// issued at kernel start). Everything else runs one of two tile configurations (tile_sizes.h), one
+// kernel template, kv_proj_fused_fp32 (any architecture):
 // - kStreamConfig (few tokens, or weights too large for shared memory): 4 tokens per block, one
 //   block per tile, weights read straight from L2. At the founding size (T=384, D=256, R=48,
 //   N=128: 19 MFLOP, 0.9 MB) the time is launch latency plus memory round trips, so every thread
@@ -23,6 +25,7 @@
 #include "cuda/common.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_facts.h"
+#include "cuda/fused_fp32_cluster.h"
 #include "cuda/kernel_args.h"
 #include "cuda/tile_sizes.h"
 #include "heuristics.h"
@@ -76,9 +79,7 @@ static_assert(kStreamConfig::kUpCols == tiles::kFusedStreamUpCols &&
               "the tile plan is the one tile_sizes.h describes");
 
 // Everything the kernel needs, shapes in comments, strides in elements.
-struct FusedParams : ActivationParams<float>, WeightParams<float> {
-  float* latent;  // [B, S, R] or null
-  int64_t latent_stride_batch, latent_stride_seq;
+struct FusedParams : FusedParamsBase {
   int num_tiles;                                          // ceil(T / kTokens)
   // Uniform per launch: which fast paths the pointers and strides allow.
   bool hidden_vec4;   // hidden rows 16-byte aligned, D % 4 == 0
@@ -394,11 +395,7 @@ bool aligned16(const void* ptr) { return is_aligned(ptr, 16); }
 
 FusedParams make_params(const Problem& p, const Args& a, int tile_tokens) {
   FusedParams k;
-  copy_activation_args<float>(p, a, k);
-  copy_weight_args<float>(a, k);
-  k.latent = static_cast<float*>(a.latent);
-  k.latent_stride_batch = a.latent_stride_batch;
-  k.latent_stride_seq = a.latent_stride_seq;
+  copy_fused_args(p, a, k);
   k.num_tiles = static_cast<int>(ceil_div<int64_t>(p.tokens(), tile_tokens));
   k.hidden_vec4 = aligned16(a.hidden) && p.model_dim % 4 == 0 && a.hidden_stride_seq % 4 == 0 &&
                   a.hidden_stride_batch % 4 == 0;
@@ -475,6 +472,7 @@ Status cuda_fused_fits(const Problem& p) {
 Status run_cuda_fused(const Problem& p, const Args& a, Stream stream) {
   const DeviceFacts* f = nullptr;
   if (Status s = prepared_device<FusedKernels>(&f); !s.ok()) return s;
+  if (fused_cluster_takes(p, a, *f)) return run_fused_cluster(p, a, *f, stream);
   if (use_resident(p, *f)) return launch<kResidentConfig>(p, a, *f, stream);
   return launch<kStreamConfig>(p, a, *f, stream);
 }

@@ -26,6 +26,17 @@ constexpr int kFusedResidentUpCols = 256;  // 64 column groups x 4 columns per u
 constexpr int kFusedDownCols = 64;
 // Rows are read 4 floats at a time (16 bytes) when D, R and 2N are multiples of this.
 constexpr int kFusedVectorWidth = 4;
+// Cluster configuration (fused_fp32_cluster.cu, sm_90, 16-byte aligned rows): a cluster of 4
+// blocks per token tile, block b taking D chunk b of the down projection and column chunk b of the
+// up one, so each fetches a quarter of the weights (24 KB at the founding dims) in one round trip.
+constexpr int kFusedClusterBlocks = 4;
+constexpr int kFusedClusterThreads = 256;
+// Tokens per tile, chosen per call between 4 (one register tile) and this (fused_cluster_tile_
+// tokens, heuristics.h); 32 keeps a block's shared memory near 60 KB at the founding dims.
+constexpr int kFusedClusterMinTokens = 4;
+constexpr int kFusedClusterMaxTokens = 32;
+// Split-K partials: one 4x4 tile per thread.
+constexpr int kFusedClusterReduceFloats = 16 * kFusedClusterThreads;
 
 // ---- cuda-decode, float32 (decode_stream.cu): FFMA, weights streamed over every SM ----
 // The strategy's limit on T = batch * seq: a token group of <= 4 accumulates in registers, and
@@ -62,6 +73,10 @@ constexpr int kDecodeTcNarrowUpCols = 32;
 constexpr int kDecodeTcWideUpCols = 64;
 // R and H*Dh must be multiples of 8 elements (16-byte weight rows of bf16/fp16).
 constexpr int kDecodeTcVectorWidth = 8;
+
+// ---- cuda-mla-decode (mla_decode.cu): mma.sync m16n8k16 with the tokens as the M side ----
+constexpr int kMlaDecodeTokenTile = 16;     // the MMA's M: tokens per tile
+constexpr int kMlaDecodeMaxTokenTiles = 4;  // 1, 2 or 4 tiles per call (3 run as 4): T <= 64
 
 // ---- cpu-blocked (cpu/cpu_blocked.cpp): the float32 CPU backend ----
 // Register tile: 6 tokens x 16 columns = 12 ymm accumulators (+2 loads, 1 broadcast of 16).

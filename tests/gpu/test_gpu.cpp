@@ -758,6 +758,108 @@ TEST(GpuDecodeDispatch, AutoPicksDecodeForFewTokens) {
   EXPECT_NE(s.message().find("args.workspace_bytes"), std::string::npos) << s.message();
 }
 
+// ---- cuda-fused's cluster configuration (sm_90, 16-byte aligned rows) ----
+// Its tile of tokens is chosen per call from T and the SM count (4 more tokens each time T passes
+// a multiple of the SM count, up to 32), so the token edges here are k * SMs - 1, k * SMs and
+// k * SMs + 1 (a tile full, then one token into a larger one) past the 32-token cap; the D and
+// [K | V] chunks (one per block of the cluster of 4) are exercised where D and 2N leave some blocks
+// a short or empty chunk (D = 4, 20; N = 4, 12). Layouts: strided inputs and outputs still 16-byte
+// aligned (its vector stores, heads not packed), outputs with odd strides (its scalar stores),
+// pointers 16 bytes off (still its path) and 4 bytes off (the fallback configuration).
+
+// Inputs padded by in_pad elements per dimension, out and latent by out_pad.
+Args cluster_args(const Problem& p, int64_t in_pad, int64_t out_pad) {
+  Args a = padded_args(p, in_pad);
+  const Args o = padded_args(p, out_pad);
+  a.out_stride_head = o.out_stride_head;
+  a.out_stride_seq = o.out_stride_seq;
+  a.out_stride_batch = o.out_stride_batch;
+  a.out_stride_kv = o.out_stride_kv;
+  a.latent_stride_seq = o.latent_stride_seq;
+  a.latent_stride_batch = o.latent_stride_batch;
+  return a;
+}
+
+// cuda-fused forced on p under each layout, against float64; outputs NaN-poisoned before each run.
+void expect_fused_cluster_layouts(const Problem& p) {
+  const Expected e = expected_for(p);
+  const struct {
+    int64_t in_pad, out_pad, misalign;
+    bool latent;
+  } layouts[] = {{0, 0, 0, true}, {4, 4, 0, true}, {0, 1, 0, true}, {0, 0, 4, false},
+                 {0, 0, 1, true}};
+  for (const auto& l : layouts) {
+    SCOPED_TRACE(p.to_string() + ", in pad " + std::to_string(l.in_pad) + ", out pad " +
+                 std::to_string(l.out_pad) + ", misalign " + std::to_string(l.misalign) +
+                 (l.latent ? ", latent" : ""));
+    const StridedBuffers host =
+        strided_buffers(p, e.in, cluster_args(p, l.in_pad, l.out_pad), l.latent);
+    DeviceCall dev;
+    dev.init(p, host, l.misalign);
+    if (::testing::Test::HasFatalFailure()) return;
+    const Status s = run(p, dev.args, cuda_options(Strategy::kCudaFused));
+    ASSERT_TRUE(s.ok()) << s.message();
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    expect_output_matches(dev.out, p.dtype, host.out_offsets, e.out, e.out_tolerance, "out");
+    if (l.latent) {
+      expect_output_matches(dev.latent, p.dtype, host.latent_offsets, e.latent,
+                            e.latent_tolerance, "latent");
+    }
+  }
+}
+
+int device_sm_count() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return 0;
+  }
+  return sms;
+}
+
+// A few shapes small enough for compute-sanitizer: one token, a partial last tile, empty chunks.
+TEST(GpuFusedCluster, SmallEdges) {
+  SKIP_WITHOUT_CUDA();
+  for (const Problem& p : {shape(1, 1, 256, 48, 4, 32), shape(1, 5, 20, 8, 1, 4),
+                           shape(2, 3, 4, 4, 3, 4), shape(1, 9, 64, 52, 2, 6)}) {
+    expect_fused_cluster_layouts(p);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(GpuFusedCluster, TokenTileEdges) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t sms = device_sm_count();
+  ASSERT_GT(sms, 0);
+  std::vector<int64_t> tokens = {3, 4, 5};
+  for (int64_t k = 1; k <= 9; ++k) {
+    for (int64_t t : {k * sms - 1, k * sms, k * sms + 1}) tokens.push_back(t);
+  }
+  for (int64_t t : tokens) {
+    expect_fused_cluster_layouts(shape(1, t, 256, 48, 4, 32));
+    if (HasFatalFailure()) return;
+  }
+  expect_fused_cluster_layouts(shape(4, 96, 256, 48, 4, 32));  // the founding case, B > 1
+}
+
+TEST(GpuFusedCluster, ChunkEdges) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t t = device_sm_count() + 1;  // 8-token tiles, the last holding one token
+  for (int64_t d : {4, 12, 20, 60, 260}) {
+    expect_fused_cluster_layouts(shape(1, t, d, 16, 2, 8));
+    if (HasFatalFailure()) return;
+  }
+  for (int64_t r : {4, 44, 52}) {
+    expect_fused_cluster_layouts(shape(1, t, 40, r, 2, 16));
+    if (HasFatalFailure()) return;
+  }
+  for (const auto& [h, dh] : {std::pair<int64_t, int64_t>{1, 4}, {3, 4}, {1, 12}, {2, 36},
+                              {2, 6}, {4, 32}}) {
+    expect_fused_cluster_layouts(shape(1, t, 24, 12, h, dh));
+    if (HasFatalFailure()) return;
+  }
+}
+
 class GpuLowPrecision : public ::testing::TestWithParam<DType> {};
 
 // bf16/fp16 within 2x the error of the unfused same-precision baseline, on every layout and

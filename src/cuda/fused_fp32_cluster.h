@@ -1,0 +1,34 @@
+// cuda-fused's cluster configuration (fused_fp32_cluster.cu), called by the strategy's launcher
+// in fused_fp32.cu: the fast path for 16-byte aligned problems on sm_90, where a thread-block
+// cluster shares each token tile's work so every block fetches only a slice of the weights.
+#pragma once
+
+#include "latentkv/latentkv.h"
+#include "cuda/device_facts.h"
+#include "cuda/kernel_args.h"
+
+namespace latentkv::detail {
+
+// What both cuda-fused kernels' parameters hold beyond the shared ones: the optional latent output.
+struct FusedParamsBase : ActivationParams<float>, WeightParams<float> {
+  float* latent;  // [B, S, R] or null
+  int64_t latent_stride_batch, latent_stride_seq;
+};
+
+inline void copy_fused_args(const Problem& p, const Args& a, FusedParamsBase& k) {
+  copy_activation_args<float>(p, a, k);
+  copy_weight_args<float>(a, k);
+  k.latent = static_cast<float*>(a.latent);
+  k.latent_stride_batch = a.latent_stride_batch;
+  k.latent_stride_seq = a.latent_stride_seq;
+}
+
+// Whether the cluster kernel takes this call: sm_90 code and device, 16-byte aligned rows of every
+// input (D, R, N, the strides and the pointers), and its shared-memory plan within the device's
+// limit. Host-only checks on values already at hand (no driver call after the first).
+bool fused_cluster_takes(const Problem& p, const Args& a, const DeviceFacts& f);
+
+// Launches it (fused_cluster_takes must have said yes).
+Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& f, Stream stream);
+
+}  // namespace latentkv::detail

@@ -1,17 +1,19 @@
-// cuda-mla-decode: the MLA path (mla.h) for few tokens, bf16 and fp16. At T <= 16 both stages are
+// cuda-mla-decode: the MLA path (mla.h) for few tokens, bf16 and fp16. At T <= 64 both stages are
 // weight streams (DeepSeek-V3: [q_a; kv_a] 30 MB, kv_b 33.5 MB), so every SM streams its slice of
 // the weights with 16-byte loads (all of a step's loads issued before any is used) into
-// mma.sync m16n8k16 with the tokens as the M side (T = 1 and T = 16 cost the same instructions;
-// rows past T are zeros) and a weight row per n column. A K-block of 32 columns is one 16-byte
+// mma.sync m16n8k16 with the tokens as the M side: 1, 2 or 4 token tiles of 16 (a template
+// argument; T = 1 and T = 16 cost the same instructions, rows past T are zeros), each weight
+// fragment feeding every tile, and a weight row per n column. A K-block of 32 columns is one 16-byte
 // load per thread: thread (g = lane / 4, q = lane % 4) holds elements 8q .. 8q + 7 of row g,
 // which the two k16 MMAs of the block read as their k pairs {2q, 2q + 1, 2q + 8, 2q + 9} (any
 // fixed permutation of k works when A and B use the same one). Three launches, chained by
 // programmatic dependent launch (sm_90; below it plain stream order):
 //   K1 mla_decode_stage_a      block = 64 weight rows of [q_a_weight; kv_a_weight] (a warp per
 //                              8) x one chunk of D (chunks so that ~2 blocks per SM, steps of 256
-//                              columns, 8 loads in flight per thread, double-buffered); the hidden
-//                              chunk [T, chunk] staged in shared memory; partial dot products to
-//                              the workspace [chunk][T][rows] float32.
+//                              columns, 8 loads in flight per thread, double-buffered; 128 and 4
+//                              with four token tiles); the hidden chunk [T, chunk] staged in
+//                              shared memory (chunks narrow as T grows: under 48 KB); partial dot
+//                              products to the workspace [chunk][T][rows] float32.
 //   K2 mla_decode_stage_a_epilogue  block = (slice of 256 rows, token): sums its rows over the
 //                              chunks (fixed order), then per norm group (q_a, c) the block that
 //                              finishes last (an arrival counter per token and group, zeroed by
@@ -22,7 +24,9 @@
 //   K3 mla_decode_stage_b      persistent warps over 8-row tiles of kv_b_weight (all R columns):
 //                              the first tile's weights are loaded into registers and the next
 //                              tile prefetched into L2 BEFORE waiting for K2, so kv_b's stream
-//                              overlaps stage A; then c [T, R] (dtype) goes into shared memory,
+//                              overlaps stage A; every later tile is prefetched into L2 one tile
+//                              ahead; then c [T, R] (dtype) goes into shared memory (opted in
+//                              past 48 KB from 17 tokens),
 //                              K[t, h, :dn] and V[t, h, :] are written straight from the
 //                              accumulators (rounded once) and K's k_pe columns from k_pe.
 // kFirst runs K1 + K2; kSecond runs K3 alone, gathering c and k_pe from args.latent/args.k_pe or
@@ -46,6 +50,7 @@
 #include "cuda/mla_epilogue.h"
 #include "cuda/mla_rope.h"
 #include "cuda/ptx.h"
+#include "cuda/tile_sizes.h"
 #include "validation.h"
 
 namespace latentkv::detail {
@@ -53,15 +58,26 @@ namespace {
 
 constexpr int kThreads = 256;  // every kernel: 8 warps
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxTokens = 16;  // the MMA's M side
+constexpr int kMTile = tiles::kMlaDecodeTokenTile;  // tokens per MMA tile: the MMA's M side
+constexpr int kMaxMTiles = tiles::kMlaDecodeMaxTokenTiles;  // 1, 2 or 4 per call (instantiations)
+constexpr int kMaxTokens = kMTile * kMaxMTiles;
 constexpr int kTileRows = 8;    // weight rows per warp tile: the MMA's N side
 constexpr int kKBlock = 32;     // columns per 16-byte load of 4 threads: two k16 MMAs
-constexpr int kStageALoads = 8;  // K-blocks per step of stage A: 8 loads in flight per thread
-constexpr int kStageAStep = kStageALoads * kKBlock;  // 256 columns
-constexpr int kMaxChunk = 1024;  // hidden chunk in shared memory: 16 x 1056 x 2 B = 33 KB
+// K-blocks per step of stage A: 8 loads in flight per thread (256 columns); four token tiles' 16
+// accumulators and fragments leave room for 4 within the 128 registers of two blocks per SM.
+template <int kM>
+constexpr int kStageALoads = kM == 4 ? 4 : 8;
+template <int kM>
+constexpr int kStageAStep = kStageALoads<kM> * kKBlock;
+// K1's hidden chunk in shared memory: kMTile * kM rows of smem_ld(kMaxChunk / kM) columns, so
+// 16 x 1056, 32 x 544 or 64 x 288 x 2 B = 33-37 KB, under the 48 KB of a plain launch.
+constexpr int kMaxChunk = 1024;
 constexpr int kMinChunk = 256;   // smaller chunks cost more in partials than they spread (V2-Lite)
-constexpr int kStageBLoads = 16;  // K-blocks of stage B held at once: 512 columns of kv_b
-constexpr int kStageBStep = kStageBLoads * kKBlock;
+// K-blocks of stage B held at once: 512 columns of kv_b (256 with four token tiles: registers).
+template <int kM>
+constexpr int kStageBLoads = kM == 4 ? 8 : 16;
+template <int kM>
+constexpr int kStageBStep = kStageBLoads<kM> * kKBlock;
 constexpr int kMaxRank = 1024;     // c [16, R + pad] in shared memory beside k_pe (< 48 KB)
 constexpr int kSlice = kThreads;   // K2: one row per thread
 constexpr int kMaxRopeDim = kThreads;  // K2's k_pe slice is one block
@@ -69,11 +85,19 @@ constexpr int kBlocksPerSm = 2;    // K1's and K3's target (launch bounds allow 
 // Shared-memory rows padded to 64 bytes past a 128-byte multiple: the 8 rows an A fragment load
 // reads at one offset fall in different banks.
 constexpr int kRowPad = 32;  // elements (16-bit)
+static_assert(kMTile == 16, "the m16n8k16 MMA's M side");
+static_assert(kMaxMTiles == 4, "launch_tiles() switches over 1, 2 and 4 token tiles");
 static_assert(kMinChunk % kKBlock == 0 && kMaxChunk % kKBlock == 0, "chunks of whole K-blocks");
+static_assert(kMaxChunk / kMaxMTiles >= kMinChunk && (kMaxChunk / kMaxMTiles) % kKBlock == 0,
+              "every token-tile count keeps chunks of whole K-blocks of at least kMinChunk");
+// One token tile leaves one accumulator chain of 2 MMAs per K-block; a second chain (even and
+// odd K-blocks) halves the dependent MMA latency a tile waits on. More tiles are chains already.
+template <int kM>
+constexpr int kChains = kM == 1 ? 2 : 1;
 static_assert(kSlice % 32 == 0, "K2 reduces per warp");
 
 // Row stride in elements of a shared-memory operand of `width` columns.
-LATENTKV_HD int smem_ld(int width) { return round_up(width, 64) + kRowPad; }
+LATENTKV_HD constexpr int smem_ld(int width) { return round_up(width, 64) + kRowPad; }
 
 struct DecodeParams {
   int tokens, seq;       // T, S
@@ -148,10 +172,32 @@ __device__ __forceinline__ void load_row_step(const T* row, int k0, int end, int
   }
 }
 
+// Accumulators of kM token tiles (tile m: tokens 16m + g and 16m + g + 8, rows 2q and 2q + 1 of
+// the weight tile) in kChains<kM> chains that are summed at the end.
+template <int kM>
+struct Acc {
+  float c[kChains<kM>][kM][4];
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int h = 0; h < kChains<kM>; ++h)
+#pragma unroll
+      for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) c[h][m][i] = 0.f;
+  }
+  // Token tile m's four values, the chains summed.
+  __device__ __forceinline__ float value(int m, int i) const {
+    float v = 0.f;
+#pragma unroll
+    for (int h = 0; h < kChains<kM>; ++h) v += c[h][m][i];
+    return v;
+  }
+};
+
 // The MMAs of one step against A [T, ...] in shared memory (row stride ld, column 0 = k_base):
 // A rows past T and columns past `end` are zeros, not read.
-template <typename T, int kLoads>
-__device__ __forceinline__ void mma_step(float (&acc)[4], const T* a, int ld, int tokens, int k0,
+template <typename T, int kLoads, int kM>
+__device__ __forceinline__ void mma_step(Acc<kM>& acc, const T* a, int ld, int tokens, int k0,
                                          int k_base, int end, int g, int q,
                                          const uint4 (&w)[kLoads]) {
   const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -162,9 +208,13 @@ __device__ __forceinline__ void mma_step(float (&acc)[4], const T* a, int ld, in
     const int k = kb + 8 * q;
     const T* col = a + (k - k_base);
     const bool in = k < end;
-    const uint4 x0 = in && g < tokens ? shared_vector(col + g * ld) : zero;
-    const uint4 x1 = in && g + 8 < tokens ? shared_vector(col + (g + 8) * ld) : zero;
-    mma_block<T>(acc, x0, x1, w[j]);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      const int t0 = m * kMTile + g, t1 = t0 + 8;
+      const uint4 x0 = in && t0 < tokens ? shared_vector(col + t0 * ld) : zero;
+      const uint4 x1 = in && t1 < tokens ? shared_vector(col + t1 * ld) : zero;
+      mma_block<T>(acc.c[j % kChains<kM>][m], x0, x1, w[j]);
+    }
   }
 }
 
@@ -176,8 +226,8 @@ __device__ __forceinline__ const T* stage_a_row(const DecodeParams& p, int n) {
   return nullptr;
 }
 
-// K1. Block (row group x, chunk y); warp w takes rows (8x + w) * 8 .. + 8.
-template <typename T>
+// K1. Block (row group x, chunk y); warp w takes rows (8x + w) * 8 .. + 8; kM token tiles.
+template <typename T, int kM>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     mla_decode_stage_a(const __grid_constant__ DecodeParams p) {
   extern __shared__ uint4 smem_a[];
@@ -191,8 +241,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const int k_end = min(k_begin + p.chunk, p.model_dim);
   const int ld = smem_ld(p.chunk);
 
-  uint4 wa[kStageALoads], wb[kStageALoads];
-  load_row_step<T, kStageALoads>(row, k_begin, k_end, q, wa);
+  uint4 wa[kStageALoads<kM>], wb[kStageALoads<kM>];
+  load_row_step<T, kStageALoads<kM>>(row, k_begin, k_end, q, wa);
 
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < 2 * p.tokens) {
     p.arrivals[threadIdx.x] = 0u;  // K2 counts its slices from here
@@ -207,29 +257,34 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
   __syncthreads();
 
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int k0 = k_begin; k0 < k_end; k0 += 2 * kStageAStep) {
-    const int k1 = k0 + kStageAStep;
-    if (k1 < k_end) load_row_step<T, kStageALoads>(row, k1, k_end, q, wb);
-    mma_step<T, kStageALoads>(acc, x, ld, p.tokens, k0, k_begin, k_end, g, q, wa);
+  Acc<kM> acc;
+  acc.zero();
+  for (int k0 = k_begin; k0 < k_end; k0 += 2 * kStageAStep<kM>) {
+    const int k1 = k0 + kStageAStep<kM>;
+    if (k1 < k_end) load_row_step<T, kStageALoads<kM>>(row, k1, k_end, q, wb);
+    mma_step<T, kStageALoads<kM>, kM>(acc, x, ld, p.tokens, k0, k_begin, k_end, g, q, wa);
     if (k1 >= k_end) break;
-    if (k1 + kStageAStep < k_end) {
-      load_row_step<T, kStageALoads>(row, k1 + kStageAStep, k_end, q, wa);
+    if (k1 + kStageAStep<kM> < k_end) {
+      load_row_step<T, kStageALoads<kM>>(row, k1 + kStageAStep<kM>, k_end, q, wa);
     }
-    mma_step<T, kStageALoads>(acc, x, ld, p.tokens, k1, k_begin, k_end, g, q, wb);
+    mma_step<T, kStageALoads<kM>, kM>(acc, x, ld, p.tokens, k1, k_begin, k_end, g, q, wb);
   }
 
   if (tile * kTileRows >= p.rows_ld) return;
-  // acc: tokens g (0, 1) and g + 8 (2, 3) x rows 2q, 2q + 1 of the tile.
+  // Tile m: tokens 16m + g (values 0, 1) and 16m + g + 8 (2, 3) x rows 2q, 2q + 1 of the tile.
   float* out = p.partials + static_cast<int64_t>(blockIdx.y) * p.tokens * p.rows_ld +
                tile * kTileRows + 2 * q;
-  if (g < p.tokens) {
-    *reinterpret_cast<float2*>(out + static_cast<int64_t>(g) * p.rows_ld) =
-        make_float2(acc[0], acc[1]);
-  }
-  if (g + 8 < p.tokens) {
-    *reinterpret_cast<float2*>(out + static_cast<int64_t>(g + 8) * p.rows_ld) =
-        make_float2(acc[2], acc[3]);
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    const int t0 = m * kMTile + g, t1 = t0 + 8;
+    if (t0 < p.tokens) {
+      *reinterpret_cast<float2*>(out + static_cast<int64_t>(t0) * p.rows_ld) =
+          make_float2(acc.value(m, 0), acc.value(m, 1));
+    }
+    if (t1 < p.tokens) {
+      *reinterpret_cast<float2*>(out + static_cast<int64_t>(t1) * p.rows_ld) =
+          make_float2(acc.value(m, 2), acc.value(m, 3));
+    }
   }
 }
 
@@ -415,8 +470,24 @@ __device__ __forceinline__ void store_kv(const DecodeParams& p, int t, int n, fl
   }
 }
 
-// K3. Warp w of block b walks the tiles b * 8 + w, + 8 * gridDim.x, ...
+// The kv_b rows of `tile` into L2, a warp's 8 rows of 128-byte lines spread over its lanes.
 template <typename T>
+__device__ __forceinline__ void prefetch_tile(const DecodeParams& p, const T* kv_b, int tile,
+                                              int lane) {
+  const int lines = ceil_div(p.kv_rank * static_cast<int>(sizeof(T)), 128);
+  for (int i = lane; i < kTileRows * lines; i += 32) {
+    const int n = tile * kTileRows + i / lines;
+    if (n < p.b_rows) {
+      prefetch_l2(reinterpret_cast<const char*>(kv_b + static_cast<int64_t>(n) * p.kv_b_ld) +
+                  (i % lines) * 128);
+    }
+  }
+}
+
+// K3. Warp w of block b walks the tiles b * 8 + w, + 8 * gridDim.x, ...; kM token tiles. Each
+// tile's rows were prefetched into L2 while the warp worked on the tile before, so a warp keeps
+// two tiles of kv_b in flight with one tile of registers.
+template <typename T, int kM>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     mla_decode_stage_b(const __grid_constant__ DecodeParams p) {
   extern __shared__ uint4 smem_b[];
@@ -436,18 +507,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   };
 
   // Before the wait: kv_b is not written by stage A.
-  uint4 w[kStageBLoads];
-  load_row_step<T, kStageBLoads>(row_of(first), 0, p.kv_rank, q, w);
-  if (first + stride < tiles) {
-    const int row_bytes = p.kv_rank * static_cast<int>(sizeof(T));
-    const int lines = ceil_div(row_bytes, 128);
-    for (int i = lane; i < kTileRows * lines; i += 32) {
-      const int n = (first + stride) * kTileRows + i / lines;
-      if (n < p.b_rows) {
-        prefetch_l2(reinterpret_cast<const char*>(kv_b + n * p.kv_b_ld) + (i % lines) * 128);
-      }
-    }
-  }
+  uint4 w[kStageBLoads<kM>];
+  load_row_step<T, kStageBLoads<kM>>(row_of(first), 0, p.kv_rank, q, w);
+  if (first + stride < tiles) prefetch_tile<T>(p, kv_b, first + stride, lane);
   wait_for_previous_stage();
 
   const T zero = from_float<T>(0.f);
@@ -472,16 +534,24 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
   for (int tile = first; tile < tiles; tile += stride) {
     const T* row = row_of(tile);
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int k0 = 0; k0 < p.kv_rank; k0 += kStageBStep) {
-      if (tile != first || k0 != 0) load_row_step<T, kStageBLoads>(row, k0, p.kv_rank, q, w);
-      mma_step<T, kStageBLoads>(acc, a, ld, p.tokens, k0, 0, p.kv_rank, g, q, w);
+    if (tile != first && tile + stride < tiles) prefetch_tile<T>(p, kv_b, tile + stride, lane);
+    Acc<kM> acc;
+    acc.zero();
+    for (int k0 = 0; k0 < p.kv_rank; k0 += kStageBStep<kM>) {
+      if (tile != first || k0 != 0) {
+        load_row_step<T, kStageBLoads<kM>>(row, k0, p.kv_rank, q, w);
+      }
+      mma_step<T, kStageBLoads<kM>, kM>(acc, a, ld, p.tokens, k0, 0, p.kv_rank, g, q, w);
     }
     const int n = tile * kTileRows + 2 * q;
-    store_kv<T>(p, g, n, acc[0]);
-    store_kv<T>(p, g, n + 1, acc[1]);
-    store_kv<T>(p, g + 8, n, acc[2]);
-    store_kv<T>(p, g + 8, n + 1, acc[3]);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      const int t0 = m * kMTile + g, t1 = t0 + 8;
+      store_kv<T>(p, t0, n, acc.value(m, 0));
+      store_kv<T>(p, t0, n + 1, acc.value(m, 1));
+      store_kv<T>(p, t1, n, acc.value(m, 2));
+      store_kv<T>(p, t1, n + 1, acc.value(m, 3));
+    }
   }
 }
 
@@ -494,13 +564,22 @@ int q_rows_run(const MlaProblem& p, const MlaArgs& a) {
   return a.q_a != nullptr ? static_cast<int>(p.q_rank) : 0;
 }
 
+// Token tiles of a call of T tokens: 1, 2 or 4 (the instantiations; 3 runs as 4).
+int m_tiles(int64_t tokens) {
+  const int64_t tiles = ceil_div<int64_t>(tokens, kMTile);
+  return tiles <= 1 ? 1 : tiles == 2 ? 2 : 4;
+}
+
+// K1's widest chunk for kM token tiles: the hidden chunk [16 kM, chunk] stays under 48 KB.
+int max_chunk(int kM) { return kMaxChunk / kM; }
+
 // K1's cut of D: about kBlocksPerSm blocks on every SM (chunks of whole K-blocks, the last step of
-// a chunk may be partial), at least kMinChunk and at most kMaxChunk columns.
+// a chunk may be partial), at least kMinChunk and at most max_chunk(kM) columns.
 struct StageAPlan {
   int rows_ld, row_groups, chunk, chunks;
 };
 
-StageAPlan stage_a_plan(int64_t model_dim, int64_t rows, int sm_count) {
+StageAPlan stage_a_plan(int64_t model_dim, int64_t rows, int sm_count, int kM) {
   StageAPlan s;
   const int64_t tiles = ceil_div<int64_t>(rows, kTileRows);
   s.rows_ld = static_cast<int>(tiles * kTileRows);
@@ -509,7 +588,7 @@ StageAPlan stage_a_plan(int64_t model_dim, int64_t rows, int sm_count) {
   const int64_t wanted = ceil_div<int64_t>(int64_t{kBlocksPerSm} * sm_count, s.row_groups);
   const int64_t chunks = std::clamp<int64_t>(wanted, 1, max_chunks);
   s.chunk = static_cast<int>(std::min<int64_t>(
-      round_up<int64_t>(ceil_div<int64_t>(model_dim, chunks), kKBlock), kMaxChunk));
+      round_up<int64_t>(ceil_div<int64_t>(model_dim, chunks), kKBlock), max_chunk(kM)));
   s.chunks = static_cast<int>(ceil_div<int64_t>(model_dim, s.chunk));
   return s;
 }
@@ -575,10 +654,44 @@ Status launch_error(const char* what) {
   return cuda_status(cudaGetLastError(), what);
 }
 
-template <typename T, typename RopeT>
+// K3's c and k_pe [16 kM, smem_ld(R) + dr] in shared memory: past 48 KB from two token tiles on
+// (64 x (544 + 64) x 2 B = 76 KB at T = 64, R = 512), so those variants opt in.
+template <typename T, int kM>
+constexpr int stage_b_max_smem() {
+  return static_cast<int>(sizeof(T)) * kMTile * kM * (smem_ld(kMaxRank) + kMaxRopeDim);
+}
+static_assert(stage_b_max_smem<__nv_bfloat16, kMaxMTiles>() <= 227 * 1024,
+              "K3's largest shared-memory plan fits Hopper's opt-in limit");
+
+// K3's dynamic shared memory for a problem: c [T, smem_ld(R)] and k_pe [T, dr].
+int64_t stage_b_smem(const MlaProblem& p, int64_t eb) {
+  return eb * p.tokens() * (smem_ld(static_cast<int>(p.kv_rank)) + p.rope_dim);
+}
+
+template <typename T, int kM>
+cudaError_t opt_in_stage_b(size_t device_limit) {
+  const size_t bytes = std::min<size_t>(device_limit, stage_b_max_smem<T, kM>());
+  return cudaFuncSetAttribute(mla_decode_stage_b<T, kM>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(bytes));
+}
+
+// The per-device setup (prepared_device): K3's two- and four-tile variants opted in to their
+// largest plan or the device's limit (takes() refuses a plan past that limit).
+struct DecodeKernels {
+  static Status setup(const DeviceFacts& f) {
+    cudaError_t err = opt_in_stage_b<__nv_bfloat16, 2>(f.smem_optin);
+    if (err == cudaSuccess) err = opt_in_stage_b<__nv_bfloat16, 4>(f.smem_optin);
+    if (err == cudaSuccess) err = opt_in_stage_b<__half, 2>(f.smem_optin);
+    if (err == cudaSuccess) err = opt_in_stage_b<__half, 4>(f.smem_optin);
+    return cuda_status(err, "cuda-mla-decode: shared-memory opt-in");
+  }
+};
+
+template <typename T, typename RopeT, int kM>
 Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   const DeviceFacts* facts = nullptr;
-  LATENTKV_RETURN_IF_ERROR(current_device_facts(&facts));
+  LATENTKV_RETURN_IF_ERROR(prepared_device<DecodeKernels>(&facts));
   DecodeParams k{};
   k.tokens = static_cast<int>(p.tokens());
   k.seq = static_cast<int>(p.seq);
@@ -591,7 +704,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.b_rows = static_cast<int>(p.kv_b_rows());
   k.q_rows = runs_first(p) ? q_rows_run(p, a) : 0;
   k.a_rows = k.q_rows + k.kv_rank + k.rope_dim;
-  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count);
+  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, kM);
   k.rows_ld = plan.rows_ld;
   k.chunk = plan.chunk;
   k.chunks = plan.chunks;
@@ -647,7 +760,8 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
     // K1 is a plain launch, never a programmatic one: it zeroes the arrivals and overwrites the
     // partials at once, so whatever ran before it in the stream (the previous call's K2) is done.
     const size_t smem_a = sizeof(T) * k.tokens * smem_ld(k.chunk);
-    mla_decode_stage_a<T><<<dim3(plan.row_groups, plan.chunks), kThreads, smem_a, stream>>>(k);
+    mla_decode_stage_a<T, kM>
+        <<<dim3(plan.row_groups, plan.chunks), kThreads, smem_a, stream>>>(k);
     LATENTKV_RETURN_IF_ERROR(launch_error("mla_decode_stage_a launch"));
     config.numAttrs =
         programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(facts->major);
@@ -659,19 +773,29 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   if (!runs_second(p)) return Status::Ok();
   // Stage B alone waits for nothing of ours: a plain launch (its wait returns at once).
   config.numAttrs =
-      runs_first(p) && programmatic_launch_allowed<mla_decode_stage_b<T>>(facts->major);
+      runs_first(p) && programmatic_launch_allowed<mla_decode_stage_b<T, kM>>(facts->major);
   const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
   config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(
       ceil_div<int64_t>(tiles, kWarps), int64_t{kBlocksPerSm} * facts->sm_count)));
-  config.dynamicSmemBytes = sizeof(T) * k.tokens * (smem_ld(k.kv_rank) + k.rope_dim);
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_b<T>, k));
+  config.dynamicSmemBytes = static_cast<size_t>(stage_b_smem(p, sizeof(T)));
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_b<T, kM>, k));
   return Status::Ok();
+}
+
+// The one switch point: dtype (caller), RoPE table type and token tiles to template arguments.
+template <typename T, typename RopeT>
+Status launch_tiles(const MlaProblem& p, const MlaArgs& a, Stream stream) {
+  switch (m_tiles(p.tokens())) {
+    case 1: return launch<T, RopeT, 1>(p, a, stream);
+    case 2: return launch<T, RopeT, 2>(p, a, stream);
+    default: return launch<T, RopeT, 4>(p, a, stream);
+  }
 }
 
 template <typename T>
 Status launch_rope(const MlaProblem& p, const MlaArgs& a, Stream stream) {
-  return p.rope_dtype == DType::kFloat32 ? launch<T, float>(p, a, stream)
-                                         : launch<T, T>(p, a, stream);
+  return p.rope_dtype == DType::kFloat32 ? launch_tiles<T, float>(p, a, stream)
+                                         : launch_tiles<T, T>(p, a, stream);
 }
 
 }  // namespace
@@ -688,12 +812,12 @@ Status mla_cuda_decode_takes(const MlaProblem& p, const MlaArgs& a) {
   }
   if (p.tokens() > kMaxTokens) {
     return refuse("problem.batch * problem.seq (tokens) = " + std::to_string(p.tokens()) +
-                  " exceeds the " + std::to_string(kMaxTokens) +
-                  " tokens of its one MMA tile (cuda-mla-gemm takes more)");
+                  " exceeds the " + std::to_string(kMaxTokens) + " tokens of its " +
+                  std::to_string(kMaxMTiles) + " MMA tiles (cuda-mla-gemm takes more)");
   }
   LATENTKV_RETURN_IF_ERROR(cuda_require_compute_capability(8, "cuda-mla-decode"));
   // mma.sync exists only in code compiled for sm_80 or newer (ptx.h's stand-ins below it).
-  if (const int arch = compiled_arch<mla_decode_stage_a<__nv_bfloat16>>(); arch < 80) {
+  if (const int arch = compiled_arch<mla_decode_stage_a<__nv_bfloat16, 1>>(); arch < 80) {
     return refuse("this build has no sm_80+ code for its kernels (compiled for compute_" +
                   std::to_string(arch) + ")");
   }
@@ -703,11 +827,12 @@ Status mla_cuda_decode_takes(const MlaProblem& p, const MlaArgs& a) {
     return refuse("problem.model_dim, q_rank + kv_rank + rope_dim or heads * (nope_dim + "
                   "v_dim) exceeds its int32 indexing");
   }
-  if (runs_first(p) && p.model_dim > kMaxGridY * kMaxChunk) {
+  const int64_t widest = max_chunk(m_tiles(p.tokens()));
+  if (runs_first(p) && p.model_dim > kMaxGridY * widest) {
     return refuse("problem.model_dim = " + std::to_string(p.model_dim) + " exceeds " +
-                  std::to_string(kMaxGridY * kMaxChunk) + " (stage A's grid holds at most " +
-                  std::to_string(kMaxGridY) + " chunks of " + std::to_string(kMaxChunk) +
-                  " columns)");
+                  std::to_string(kMaxGridY * widest) + " (stage A's grid holds at most " +
+                  std::to_string(kMaxGridY) + " chunks of " + std::to_string(widest) +
+                  " columns at " + std::to_string(p.tokens()) + " tokens)");
   }
   if (runs_second(p) && p.tokens() * p.heads * p.rope_dim > INT_MAX / 2) {
     return refuse("problem.batch * seq * heads * rope_dim = " +
@@ -756,6 +881,15 @@ Status mla_cuda_decode_takes(const MlaProblem& p, const MlaArgs& a) {
     }
   }
   if (runs_second(p)) {
+    const DeviceFacts* facts = nullptr;
+    LATENTKV_RETURN_IF_ERROR(current_device_facts(&facts));
+    const int64_t smem = stage_b_smem(p, eb);
+    if (smem > 48 * 1024 && smem > static_cast<int64_t>(facts->smem_optin)) {
+      return refuse("problem.batch * seq (tokens) = " + std::to_string(p.tokens()) +
+                    " with kv_rank = " + std::to_string(p.kv_rank) + " needs " +
+                    std::to_string(smem) + " bytes of shared memory for stage B; the device "
+                    "allows " + std::to_string(facts->smem_optin));
+    }
     LATENTKV_RETURN_IF_ERROR(vector_rows("kv_b_weight", a.kv_b_weight, a.kv_b_weight_stride_row,
                                          "args.kv_b_weight_stride_row", eb));
   }

@@ -28,6 +28,8 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/tile_sizes.h"
+#include "heuristics.h"
 #include "mla_reference.h"
 #include "testing.h"
 
@@ -622,12 +624,14 @@ std::vector<MlaCase> preset_cases_mla() {
   return cases;
 }
 
-// cuda-mla-decode forced (T <= 16) with 16-byte rows (pads of 8 elements): every stage, dtype,
+// cuda-mla-decode forced (T <= 64) with 16-byte rows (pads of 8 elements): every stage, dtype,
 // RoPE style and form, cache mode on a T = 16 shape with q_a, odd H and a D whose last step is
 // partial; then T = 1 and 15, Rq = 0, dr != 64 (2, 32), dn != dv, D over several chunks, rows
-// that stop folding, positions past the table; the presets at T = 1 and 16 (V3: 7 chunks of 4
-// steps, 6 q_a slices, more kv_b tiles than warps); under kAuto, T = 16 picks it, while T = 17 and
-// rows of 3-element pads fall back to cuda-mla-gemm.
+// that stop folding, positions past the table; the token tiles' edges (a tile, a tile + 1, two,
+// three run as four, four - 1, four) at every stage, dtype and cache layout; the presets at T = 1,
+// 16 and 64 (V3: 7 chunks of 4 steps, 6 q_a slices, more kv_b tiles than warps); under kAuto,
+// kMlaDecodeMaxTokens picks it, while one token more and rows of 3-element pads fall back to
+// cuda-mla-gemm.
 std::vector<MlaCase> decode_cases() {
   constexpr DType kHalfTypes[] = {DType::kBFloat16, DType::kFloat16};
   std::vector<MlaCase> cases;
@@ -686,11 +690,29 @@ std::vector<MlaCase> decode_cases() {
                              0));
     }
   }
+  constexpr int64_t kTile = detail::tiles::kMlaDecodeTokenTile;
+  constexpr int64_t kMaxTokens = kTile * detail::tiles::kMlaDecodeMaxTokenTiles;
+  MlaProblem tiled = mla_shape(328, 24, 40, 16, 3, 24, 16);
+  for (int64_t tokens : {kTile, kTile + 1, 2 * kTile, 3 * kTile, kMaxTokens - 1, kMaxTokens}) {
+    tiled.batch = tokens % 3 == 0 ? 3 : 1;  // 48 and 63 over three sequences
+    tiled.seq = tokens / tiled.batch;
+    for (DType dt : kHalfTypes) {
+      for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst, MlaStage::kSecond}) {
+        for (CacheMode cache : {CacheMode::kDense, CacheMode::kPaged}) {
+          cases.push_back(decode({"dec-tiles-T" + std::to_string(tokens),
+                                  with(tiled, dt, stage, RopeStyle::kInterleave),
+                                  RopeForm::kPositions, cache},
+                                 8));
+        }
+      }
+    }
+  }
   for (const MlaNamedCase& preset : mla_preset_cases()) {
-    for (int64_t tokens : {1, 16}) {
+    for (int64_t tokens : {int64_t{1}, kTile, kMaxTokens}) {
       MlaProblem p = preset.problem;
       p.seq = tokens;
       for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst}) {
+        if (tokens == kMaxTokens && stage != MlaStage::kBoth) continue;
         cases.push_back(decode({preset.name + "_T" + std::to_string(tokens),
                                 with(p, DType::kBFloat16, stage, RopeStyle::kInterleave),
                                 RopeForm::kPositions, CacheMode::kPaged},
@@ -705,11 +727,19 @@ std::vector<MlaCase> decode_cases() {
   picked.strategy = Strategy::kAuto;
   picked.expect_selected = Strategy::kCudaMlaDecode;
   cases.push_back(picked);
+  picked.name = "auto-max";
+  picked.problem.batch = 1;
+  picked.problem.seq = detail::kMlaDecodeMaxTokens;
+  cases.push_back(picked);
   MlaCase past = picked;
-  past.problem.seq = 17;
-  past.problem.batch = 1;
+  past.name = "auto-past";
+  past.problem.seq = detail::kMlaDecodeMaxTokens + 1;
   past.expect_selected = Strategy::kCudaMlaGemm;
   cases.push_back(past);
+  MlaCase past_tiles = past;  // what the kernels cannot take, whatever the heuristic says
+  past_tiles.name = "auto-past-tiles";
+  past_tiles.problem.seq = kMaxTokens + 1;
+  cases.push_back(past_tiles);
   MlaCase unaligned = picked;
   unaligned.pad_seq = 3;
   unaligned.expect_selected = Strategy::kCudaMlaGemm;
@@ -849,9 +879,9 @@ TEST(MlaGpu, RefusesAMisalignedPointer) {
   EXPECT_NE(s.message().find("args.latent"), std::string::npos) << s.message();
 }
 
-// cuda-mla-decode forced past its 16 tokens, or on weight rows that are not whole 16-byte vectors,
+// cuda-mla-decode forced past its 64 tokens, or on weight rows that are not whole 16-byte vectors,
 // is refused with kUnsupported naming the value; kAuto runs cuda-mla-gemm there instead.
-TEST(MlaDecodeGpu, RefusesPast16TokensAndPartialVectorRows) {
+TEST(MlaDecodeGpu, RefusesPast64TokensAndPartialVectorRows) {
   SKIP_WITHOUT_CUDA_MLA();
   MlaProblem p = with(mla_shape(32, 0, 32, 8, 3, 16, 8), DType::kBFloat16, MlaStage::kSecond,
                       RopeStyle::kInterleave);
@@ -880,13 +910,21 @@ TEST(MlaDecodeGpu, RefusesPast16TokensAndPartialVectorRows) {
     return std::string(to_string(s));
   };
 
-  p.seq = 17;
+  constexpr int64_t kMaxTokens =
+      detail::tiles::kMlaDecodeTokenTile * detail::tiles::kMlaDecodeMaxTokenTiles;
+  p.seq = kMaxTokens + 1;
   Status s = check(p, args_for(p), forced);
   EXPECT_EQ(s.code(), StatusCode::kUnsupported);
-  EXPECT_NE(s.message().find("(tokens) = 17"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("(tokens) = " + std::to_string(kMaxTokens + 1)), std::string::npos)
+      << s.message();
   EXPECT_EQ(selected(args_for(p)), "cuda-mla-gemm");
 
-  p.seq = 16;
+  p.seq = kMaxTokens;
+  EXPECT_TRUE(check(p, args_for(p), forced).ok());
+  EXPECT_EQ(selected(args_for(p)),
+            kMaxTokens <= detail::kMlaDecodeMaxTokens ? "cuda-mla-decode" : "cuda-mla-gemm");
+
+  p.seq = detail::kMlaDecodeMaxTokens;
   MlaArgs a = args_for(p);
   EXPECT_TRUE(check(p, a, forced).ok());
   EXPECT_EQ(selected(a), "cuda-mla-decode");

@@ -90,10 +90,11 @@ static_assert(kMaxMTiles == 4, "launch_tiles() switches over 1, 2 and 4 token ti
 static_assert(kMinChunk % kKBlock == 0 && kMaxChunk % kKBlock == 0, "chunks of whole K-blocks");
 static_assert(kMaxChunk / kMaxMTiles >= kMinChunk && (kMaxChunk / kMaxMTiles) % kKBlock == 0,
               "every token-tile count keeps chunks of whole K-blocks of at least kMinChunk");
-// One token tile leaves one accumulator chain of 2 MMAs per K-block; a second chain (even and
-// odd K-blocks) halves the dependent MMA latency a tile waits on. More tiles are chains already.
+// One token tile leaves one accumulator chain of 2 MMAs per K-block; in K3 (32 per tile) a second
+// chain (even and odd K-blocks) halves the dependent MMA latency a tile waits on. More tiles are
+// chains already. K1 keeps one: its 6 more registers would cost K2 its place beside two K1 blocks.
 template <int kM>
-constexpr int kChains = kM == 1 ? 2 : 1;
+constexpr int kStageBChains = kM == 1 ? 2 : 1;
 static_assert(kSlice % 32 == 0, "K2 reduces per warp");
 
 // Row stride in elements of a shared-memory operand of `width` columns.
@@ -173,13 +174,13 @@ __device__ __forceinline__ void load_row_step(const T* row, int k0, int end, int
 }
 
 // Accumulators of kM token tiles (tile m: tokens 16m + g and 16m + g + 8, rows 2q and 2q + 1 of
-// the weight tile) in kChains<kM> chains that are summed at the end.
-template <int kM>
+// the weight tile) in kC chains that are summed at the end.
+template <int kM, int kC>
 struct Acc {
-  float c[kChains<kM>][kM][4];
+  float c[kC][kM][4];
   __device__ __forceinline__ void zero() {
 #pragma unroll
-    for (int h = 0; h < kChains<kM>; ++h)
+    for (int h = 0; h < kC; ++h)
 #pragma unroll
       for (int m = 0; m < kM; ++m)
 #pragma unroll
@@ -189,15 +190,15 @@ struct Acc {
   __device__ __forceinline__ float value(int m, int i) const {
     float v = 0.f;
 #pragma unroll
-    for (int h = 0; h < kChains<kM>; ++h) v += c[h][m][i];
+    for (int h = 0; h < kC; ++h) v += c[h][m][i];
     return v;
   }
 };
 
 // The MMAs of one step against A [T, ...] in shared memory (row stride ld, column 0 = k_base):
 // A rows past T and columns past `end` are zeros, not read.
-template <typename T, int kLoads, int kM>
-__device__ __forceinline__ void mma_step(Acc<kM>& acc, const T* a, int ld, int tokens, int k0,
+template <typename T, int kLoads, int kM, int kC>
+__device__ __forceinline__ void mma_step(Acc<kM, kC>& acc, const T* a, int ld, int tokens, int k0,
                                          int k_base, int end, int g, int q,
                                          const uint4 (&w)[kLoads]) {
   const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -213,7 +214,7 @@ __device__ __forceinline__ void mma_step(Acc<kM>& acc, const T* a, int ld, int t
       const int t0 = m * kMTile + g, t1 = t0 + 8;
       const uint4 x0 = in && t0 < tokens ? shared_vector(col + t0 * ld) : zero;
       const uint4 x1 = in && t1 < tokens ? shared_vector(col + t1 * ld) : zero;
-      mma_block<T>(acc.c[j % kChains<kM>][m], x0, x1, w[j]);
+      mma_block<T>(acc.c[j % kC][m], x0, x1, w[j]);
     }
   }
 }
@@ -257,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
   __syncthreads();
 
-  Acc<kM> acc;
+  Acc<kM, 1> acc;
   acc.zero();
   for (int k0 = k_begin; k0 < k_end; k0 += 2 * kStageAStep<kM>) {
     const int k1 = k0 + kStageAStep<kM>;
@@ -319,6 +320,12 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
   return sum;
 }
 
+// Partials a K2 thread loads at once: V3's 28 chunks of D (kMinChunk) in two round trips.
+constexpr int kPartialBatch = 16;
+// K2's registers (<= 48) leave room for one of its blocks beside two of K1 (2 x 256 x 102 of the
+// 64K registers), so it is resident and has read gamma and cos/sin before K1 ends.
+constexpr int kEpilogueBlocksPerSm = 5;
+
 // Gamma values a K2 thread holds from before its wait (rows threadIdx.x + j * kSlice of its norm
 // group); the rest of a wider group is read after it.
 constexpr int kHeldGamma = 8;
@@ -368,7 +375,7 @@ __device__ __forceinline__ void normalize_group(const DecodeParams& p, const Sli
 // K2. Block (slice x, token y). Everything K1 does not write (gamma, the slot, the position and its
 // cos/sin) is read before the wait, so the chain after K1 is the partials and the arrival.
 template <typename T, typename RopeT>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
     mla_decode_stage_a_epilogue(const __grid_constant__ DecodeParams p) {
   __shared__ float red[kWarps];
   __shared__ float pe_in[kMaxRopeDim], pe[kMaxRopeDim];
@@ -403,8 +410,17 @@ __global__ void __launch_bounds__(kThreads)
   if (n < sl.end) {
     const int64_t plane = static_cast<int64_t>(p.tokens) * p.rows_ld;
     const float* src = p.partials + static_cast<int64_t>(t) * p.rows_ld + n;
-#pragma unroll 4
-    for (int c = 0; c < p.chunks; ++c) v += src[c * plane];
+    // All of a batch's loads in flight at once (one L2 round trip per kPartialBatch chunks), then
+    // summed in chunk order; the zeros past the last chunk leave the sum as it is.
+    for (int c0 = 0; c0 < p.chunks; c0 += kPartialBatch) {
+      float part[kPartialBatch];
+#pragma unroll
+      for (int j = 0; j < kPartialBatch; ++j) {
+        part[j] = c0 + j < p.chunks ? src[(c0 + j) * plane] : 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < kPartialBatch; ++j) v += part[j];
+    }
   }
 
   if (sl.group == 2) {  // k_pe: RoPE, then the cache row and stage B's copy
@@ -535,7 +551,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   for (int tile = first; tile < tiles; tile += stride) {
     const T* row = row_of(tile);
     if (tile != first && tile + stride < tiles) prefetch_tile<T>(p, kv_b, tile + stride, lane);
-    Acc<kM> acc;
+    Acc<kM, kStageBChains<kM>> acc;
     acc.zero();
     for (int k0 = 0; k0 < p.kv_rank; k0 += kStageBStep<kM>) {
       if (tile != first || k0 != 0) {

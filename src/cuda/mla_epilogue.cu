@@ -1,14 +1,15 @@
-// The MLA path's kernels around its GEMMs (declared and described in mla_epilogue.h). One warp
-// per token, eight tokens a block, so that a whole prefill's tokens are resident at once and every
-// token's loads are in flight together (a block per token with __syncthreads between its phases
-// waited on several dependent memory round trips per token, four waves deep at T = 4096). A
-// token's RoPE angles are loaded first, its row of the first GEMM's float32 output is read once
-// from memory for the sums of squares (the second read, for the writes, hits L1), k_pe is rotated
-// into the warp's shared memory and broadcast from there into every head's K columns with 16-byte
-// stores where K's row and head stride allow (each lane keeps one vector and stores it to every
-// head: V3 writes 16 KB of k_pe columns per token) and into the cache row. Indices and offsets are
-// int64 wherever they reach into a tensor; positions and slots outside their tables read and write
-// nothing.
+// The MLA path's kernels around its GEMMs (declared and described in mla_epilogue.h). A group of
+// G warps per token (G = 1, 2, 4 or 8: enough warps that T * G reaches kTargetWarps), 8 warps a
+// block, so that a prefill's tokens are resident at once and every token's loads are in flight
+// together (one 256-thread block per token waited on several dependent memory round trips per
+// token, four waves deep at T = 4096; one warp per token at T = 1024 left 8 warps an SM). A token's
+// RoPE angles are loaded first; its row of the first GEMM's float32 output is read once from
+// memory for the sums of squares (the second read, for the writes, hits L1); k_pe is rotated into
+// shared memory and broadcast from there into every head's K columns with 16-byte stores where
+// K's row and head stride allow (each lane packs one vector and stores it to every head it owns:
+// V3 writes 16 KB of k_pe columns per token) and into the cache row. Indices and offsets are
+// int64 wherever they reach into a tensor; positions and slots outside their tables read and
+// write nothing.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -26,22 +27,47 @@
 namespace latentkv::detail {
 namespace {
 
-// Eight warps (tokens) a block (kMlaEpilogueWarps): T = 4096 is 512 blocks, under the 8 x 132
-// that an H200 keeps resident with 256 threads each; T = 1024 still spreads over all SMs.
+// Eight warps a block (kMlaEpilogueWarps); 8 / G tokens a block.
 constexpr int kWarps = static_cast<int>(kMlaEpilogueWarps);
 constexpr int kThreads = kWarps * 32;
-static_assert(kMlaEpilogueMaxRopeDim * kWarps * sizeof(float) <= 48 * 1024,
-              "each warp's k_pe fits the default dynamic shared memory");
 constexpr int kVectorBytes = 16;
+// Warps the whole launch should have: 4096 is what one warp per token gives at T = 4096 (measured
+// there: 512 blocks, about 4 an SM on an H200), half of the 132 x 64 warps an H200 keeps resident.
+constexpr int64_t kTargetWarps = 4096;
+static_assert(kMlaEpilogueMaxRopeDim * kWarps * sizeof(float) + kWarps * 2 * sizeof(float) <=
+                  48 * 1024,
+              "the tokens' k_pe and the partial sums fit the default shared memory");
+
+// Warps per token for `tokens` tokens: a power of two dividing kWarps.
+int group_warps(int tokens) {
+  int g = 1;
+  while (g < kWarps && static_cast<int64_t>(tokens) * g < kTargetWarps) g *= 2;
+  return g;
+}
+
+// The warp's place in its token's group.
+struct Group {
+  int warps;    // G
+  int slot;     // the block's token it works on, < kWarps / G
+  int rank;     // its warp within the group, < G
+  int thread;   // rank * 32 + lane, < G * 32
+  int threads;  // G * 32
+};
+
+__device__ __forceinline__ Group group_of(int warps) {
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  return {warps, warp / warps, warp % warps, (warp % warps) * 32 + lane, warps * 32};
+}
 
 // k_pe [dr] (shared memory, float32, each value already rounded to T) written into K's columns
 // dn .. dn + dr of every head of token row `k` ([H, dn + dr] from column dn, head stride
-// `stride_head`) by one warp. Where dr splits into 16-byte vectors whose count divides 32 and K's
-// row and head stride are 16-byte aligned, each lane packs one vector once and stores it to every
-// (32 / vectors)-th head; else one element per lane and store.
+// `stride_head`) by one warp group, each warp taking every G-th pass of heads. Where dr splits
+// into 16-byte vectors whose count divides 32 and K's row and head stride are 16-byte aligned,
+// each lane packs one vector once and stores it to every head it owns; else one element per
+// thread and store.
 template <typename T>
 __device__ __forceinline__ void broadcast_k_pe(T* k, int64_t stride_head, int heads,
-                                               int rope_dim, const float* pe, int lane) {
+                                               int rope_dim, const float* pe, const Group& g) {
   constexpr int kPerVector = kVectorBytes / static_cast<int>(sizeof(T));
   const int vectors = rope_dim / kPerVector;  // per head
   const bool vectorized = rope_dim % kPerVector == 0 && vectors > 0 && 32 % vectors == 0 &&
@@ -51,17 +77,19 @@ __device__ __forceinline__ void broadcast_k_pe(T* k, int64_t stride_head, int he
     struct alignas(kVectorBytes) Vector {
       T e[kPerVector];
     } v;
+    const int lane = threadIdx.x % 32;
     const int q = lane % vectors;
 #pragma unroll
     for (int e = 0; e < kPerVector; ++e) v.e[e] = from_float<T>(pe[q * kPerVector + e]);
-    const int heads_per_pass = 32 / vectors;
-    for (int h = lane / vectors; h < heads; h += heads_per_pass) {
+    const int heads_per_pass = 32 / vectors;  // per warp
+    for (int h = g.rank * heads_per_pass + lane / vectors; h < heads;
+         h += heads_per_pass * g.warps) {
       *reinterpret_cast<Vector*>(k + h * stride_head + q * kPerVector) = v;
     }
     return;
   }
   const int columns = heads * rope_dim;
-  for (int idx = lane; idx < columns; idx += 32) {
+  for (int idx = g.thread; idx < columns; idx += g.threads) {
     const int h = idx / rope_dim, j = idx % rope_dim;
     k[h * stride_head + j] = from_float<T>(pe[j]);
   }
@@ -73,42 +101,57 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 template <typename T, typename RopeT>
-__global__ void __launch_bounds__(kThreads) mla_stage_a_epilogue_kernel(const MlaEpilogueParams p) {
-  extern __shared__ float pe_all[];  // [kWarps][dr]: each warp's k_pe after RoPE, rounded to T
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int t = blockIdx.x * kWarps + warp;
-  if (t >= p.tokens) return;  // no block-wide barrier below: a warp per token
-  float* pe = pe_all + warp * p.rope_dim;
-  const float* row = p.ckv + static_cast<int64_t>(t) * p.ckv_ld;  // [Rq + R + dr]
+__global__ void __launch_bounds__(kThreads)
+    mla_stage_a_epilogue_kernel(const MlaEpilogueParams p, int warps_per_token) {
+  extern __shared__ float pe_all[];  // [kWarps / G][dr]: each token's k_pe after RoPE, rounded
+  __shared__ float partial[kWarps][2];  // each warp's sums of squares (q_a, c)
+  const Group g = group_of(warps_per_token);
+  const int t = blockIdx.x * (kWarps / g.warps) + g.slot;
+  const bool active = t < p.tokens;  // every thread reaches the barrier below
+  float* pe = pe_all + g.slot * p.rope_dim;
+  const float* row = p.ckv + static_cast<int64_t>(active ? t : 0) * p.ckv_ld;  // [Rq + R + dr]
   const int width = p.q_rank + p.kv_rank;
 
-  // RoPE (mla_rope.h): the angles first, the loads that do not depend on the GEMM's output. A
-  // position outside [0, max_position) reads nothing: the token's k_pe NaN.
-  const int half = p.rope_dim / 2;
-  const RopeAngles<RopeT> angles = rope_angles<RopeT>(p, t);
-  const float* pe_in = row + width;  // [dr]
-  for (int i = lane; i < half; i += 32) {
-    rope_rotate_pair<T, RopeT>(p.style, angles, i, half, pe_in, pe);
-  }
-
   float sum_q = 0.f, sum_c = 0.f;
+  if (active) {
+    // RoPE (mla_rope.h): the angles first, the loads that do not depend on the GEMM's output. A
+    // position outside [0, max_position) reads nothing: the token's k_pe NaN.
+    const int half = p.rope_dim / 2;
+    const RopeAngles<RopeT> angles = rope_angles<RopeT>(p, t);
+    const float* pe_in = row + width;  // [dr]
+    for (int i = g.thread; i < half; i += g.threads) {
+      rope_rotate_pair<T, RopeT>(p.style, angles, i, half, pe_in, pe);
+    }
 #pragma unroll 4
-  for (int i = lane; i < p.q_rank; i += 32) sum_q = fmaf(row[i], row[i], sum_q);
+    for (int i = g.thread; i < p.q_rank; i += g.threads) sum_q = fmaf(row[i], row[i], sum_q);
 #pragma unroll 4
-  for (int i = p.q_rank + lane; i < width; i += 32) sum_c = fmaf(row[i], row[i], sum_c);
+    for (int i = p.q_rank + g.thread; i < width; i += g.threads) {
+      sum_c = fmaf(row[i], row[i], sum_c);
+    }
+  }
   sum_q = warp_sum(sum_q);
   sum_c = warp_sum(sum_c);
-  __syncwarp();  // pe complete
+  if (threadIdx.x % 32 == 0) {
+    partial[threadIdx.x / 32][0] = sum_q;
+    partial[threadIdx.x / 32][1] = sum_c;
+  }
+  __syncthreads();  // partial[] and pe[] complete; neither is written again
+  if (!active) return;
+  sum_q = sum_c = 0.f;
+  for (int w = g.slot * g.warps; w < (g.slot + 1) * g.warps; ++w) {
+    sum_q += partial[w][0];
+    sum_c += partial[w][1];
+  }
   const float inv_q = p.q_rank > 0 ? rsqrtf(sum_q / static_cast<float>(p.q_rank) + p.eps) : 0.f;
   const float inv_c = rsqrtf(sum_c / static_cast<float>(p.kv_rank) + p.eps);
 
   if (T* k = mla_k_pe_columns<T>(p.k, t, p.seq, p.nope_dim); k != nullptr) {
-    broadcast_k_pe<T>(k, p.k.stride_head, p.heads, p.rope_dim, pe, lane);
+    broadcast_k_pe<T>(k, p.k.stride_head, p.heads, p.rope_dim, pe, g);
   }
   if (p.q_a != nullptr) {
     const T* gamma = static_cast<const T*>(p.q_norm);
     T* out = static_cast<T*>(p.q_a) + token_offset(t, p.seq, p.q_a_stride_batch, p.q_a_stride_seq);
-    for (int i = lane; i < p.q_rank; i += 32) {
+    for (int i = g.thread; i < p.q_rank; i += g.threads) {
       out[i] = from_float<T>(row[i] * inv_q * to_float(gamma[i]));
     }
   }
@@ -117,24 +160,26 @@ __global__ void __launch_bounds__(kThreads) mla_stage_a_epilogue_kernel(const Ml
                   ? nullptr
                   : static_cast<T*>(p.latent) + static_cast<int64_t>(t) * p.kv_rank;
   const T* gamma = static_cast<const T*>(p.kv_norm);
-  for (int i = lane; i < p.kv_rank; i += 32) {
+  for (int i = g.thread; i < p.kv_rank; i += g.threads) {
     const T c = from_float<T>(row[p.q_rank + i] * inv_c * to_float(gamma[i]));
     if (cache != nullptr) cache[i] = c;
     if (latent != nullptr) latent[i] = c;
   }
   if (cache != nullptr) {
-    for (int j = lane; j < p.rope_dim; j += 32) cache[p.kv_rank + j] = from_float<T>(pe[j]);
+    for (int j = g.thread; j < p.rope_dim; j += g.threads) {
+      cache[p.kv_rank + j] = from_float<T>(pe[j]);
+    }
   }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    mla_stage_b_inputs_kernel(const MlaStageBInputParams p) {
-  extern __shared__ float pe_all[];  // [kWarps][dr]: each warp's k_pe
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int t = blockIdx.x * kWarps + warp;
-  if (t >= p.tokens) return;  // no block-wide barrier below: a warp per token
-  float* pe_row = pe_all + warp * p.rope_dim;
+    mla_stage_b_inputs_kernel(const MlaStageBInputParams p, int warps_per_token) {
+  extern __shared__ float pe_all[];  // [kWarps][dr]: each warp's own copy of its token's k_pe
+  const Group g = group_of(warps_per_token);
+  const int t = blockIdx.x * (kWarps / g.warps) + g.slot;
+  if (t >= p.tokens) return;  // no block-wide barrier below: each warp fills its own copy
+  float* pe_row = pe_all + (threadIdx.x / 32) * p.rope_dim;
   const T* pe = nullptr;  // [dr]; null: a skipped slot, zeros
   const T* c = nullptr;   // [R]
   if (p.k_pe != nullptr) {
@@ -143,26 +188,28 @@ __global__ void __launch_bounds__(kThreads)
   } else if ((c = mla_cache_row<const T>(p.cache, t, p.seq)) != nullptr) {
     pe = c + p.kv_rank;
   }
-  for (int j = lane; j < p.rope_dim; j += 32) pe_row[j] = pe ? to_float(pe[j]) : 0.f;
+  for (int j = threadIdx.x % 32; j < p.rope_dim; j += 32) pe_row[j] = pe ? to_float(pe[j]) : 0.f;
   const T zero = from_float<T>(0.f);
   if (p.latent != nullptr) {
     T* latent = static_cast<T*>(p.latent) + static_cast<int64_t>(t) * p.kv_rank;
-    for (int i = lane; i < p.kv_rank; i += 32) latent[i] = c ? c[i] : zero;
+    for (int i = g.thread; i < p.kv_rank; i += g.threads) latent[i] = c ? c[i] : zero;
   }
   __syncwarp();  // pe_row complete
   if (T* k = mla_k_pe_columns<T>(p.k, t, p.seq, p.nope_dim); k != nullptr) {
-    broadcast_k_pe<T>(k, p.k.stride_head, p.heads, p.rope_dim, pe_row, lane);
+    broadcast_k_pe<T>(k, p.k.stride_head, p.heads, p.rope_dim, pe_row, g);
   }
 }
 
-unsigned blocks(int tokens) {
-  return static_cast<unsigned>((static_cast<int64_t>(tokens) + kWarps - 1) / kWarps);
+unsigned blocks(int tokens, int warps_per_token) {
+  const int64_t per_block = kWarps / warps_per_token;
+  return static_cast<unsigned>((static_cast<int64_t>(tokens) + per_block - 1) / per_block);
 }
 
 template <typename T, typename RopeT>
 Status launch_epilogue(const MlaEpilogueParams& p, Stream stream) {
-  const size_t smem = static_cast<size_t>(kWarps) * p.rope_dim * sizeof(float);
-  mla_stage_a_epilogue_kernel<T, RopeT><<<blocks(p.tokens), kThreads, smem, stream>>>(p);
+  const int g = group_warps(p.tokens);
+  const size_t smem = static_cast<size_t>(kWarps / g) * p.rope_dim * sizeof(float);
+  mla_stage_a_epilogue_kernel<T, RopeT><<<blocks(p.tokens, g), kThreads, smem, stream>>>(p, g);
   return cuda_status(cudaGetLastError(), "mla_stage_a_epilogue_kernel launch");
 }
 
@@ -174,8 +221,9 @@ Status launch_epilogue_rope(const MlaEpilogueParams& p, Stream stream) {
 
 template <typename T>
 Status launch_inputs(const MlaStageBInputParams& p, Stream stream) {
+  const int g = group_warps(p.tokens);
   const size_t smem = static_cast<size_t>(kWarps) * p.rope_dim * sizeof(float);
-  mla_stage_b_inputs_kernel<T><<<blocks(p.tokens), kThreads, smem, stream>>>(p);
+  mla_stage_b_inputs_kernel<T><<<blocks(p.tokens, g), kThreads, smem, stream>>>(p, g);
   return cuda_status(cudaGetLastError(), "mla_stage_b_inputs_kernel launch");
 }
 

@@ -14,11 +14,11 @@
 
 namespace latentkv::detail {
 
-// Tokens (warps) per block of both kernels, and the widest k_pe they take: each warp keeps its
-// token's dr values in shared memory (float32), kMlaEpilogueWarps * dr of them within the 48 KB
-// a launch gets without opting in. cuda-mla-gemm refuses a wider rope_dim.
+// Warps per block of both kernels, and the widest k_pe they take: each warp keeps its token's dr
+// values in shared memory (float32), kMlaEpilogueWarps * dr of them within the 48 KB a launch
+// gets without opting in. cuda-mla-gemm refuses a wider rope_dim.
 constexpr int64_t kMlaEpilogueWarps = 8;
-constexpr int64_t kMlaEpilogueMaxRopeDim = 1536;
+constexpr int64_t kMlaEpilogueMaxRopeDim = 1024;
 
 // Strides in elements; token t = b * S + s.
 

@@ -245,7 +245,9 @@ void probe_gemm(cublasLtHandle_t lt, Gemm& g, void* scratch, cudaStream_t stream
       LT_CHECK(cublasLtMatmul(lt, d.desc, &alpha, g.w[copy], d.la, g.a[copy], d.lb, &beta, g.c,
                               d.lc, g.c, d.lc, &cand.algo, scratch, kScratch, s));
     };
-    CUDA_CHECK(cudaMemset(g.c, 0, std::min<int64_t>(g.m, 64) * g.ldc * (g.out == CUDA_R_32F ? 4 : 2)));
+    const int64_t checked_bytes =
+        std::min<int64_t>(g.m, 64) * g.ldc * (g.out == CUDA_R_32F ? 4 : 2);
+    CUDA_CHECK(cudaMemset(g.c, 0, checked_bytes));
     call(0, stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     const double err = compare(g, ref, &out);
@@ -280,7 +282,8 @@ void probe_path(const Model& model, int64_t t, cudaStream_t stream, bool profile
   p.seq = t;
   const int64_t max_pos = 8192;
   const int64_t set_bytes = 2 * (t * model.d + 576 * model.d + p.kv_b_rows() * 512);
-  const int copies = static_cast<int>(std::max<int64_t>(1, (kRotateBytes + set_bytes - 1) / set_bytes));
+  const int copies =
+      static_cast<int>(std::max<int64_t>(1, (kRotateBytes + set_bytes - 1) / set_bytes));
   std::vector<const void*> hidden, kv_a, kv_b;
   for (int i = 0; i < copies; ++i) {
     hidden.push_back(device_random(t * model.d, 11 + i));
@@ -430,7 +433,9 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaMalloc(&scratch, kScratch));
   const Model models[] = {{"deepseek-v2-lite", 2048, 16}, {"deepseek-v3", 7168, 128}};
   for (const Model& m : models) {
-    for (int64_t t : {int64_t{1024}, int64_t{4096}}) probe_model(lt, m, t, scratch, stream, quick, profile);
+    for (int64_t t : {int64_t{1024}, int64_t{4096}}) {
+      probe_model(lt, m, t, scratch, stream, quick, profile);
+    }
   }
   CUDA_CHECK(cudaFree(scratch));
   LT_CHECK(cublasLtDestroy(lt));

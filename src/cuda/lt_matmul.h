@@ -53,8 +53,8 @@ inline Status cublas_status(cublasStatus_t s, const char* what) {
                                       cublasGetStatusString(s)};
 }
 
-// in_type, out_type, b_transposed, short_inner, batches, rows, cols, inner, a.ld, b.ld, ldc, the three batch
-// strides, the three pointer alignments, scratch bytes.
+// in_type, out_type, b_transposed, short_inner, batches, rows, cols, inner, a.ld, b.ld, ldc, the
+// three batch strides, the three pointer alignments, scratch bytes.
 using PlanKey = std::array<int64_t, 18>;
 
 struct Plan {
@@ -294,9 +294,9 @@ inline Status gemm(const Context& ctx, const Shape& g, Operand a, Operand b, voi
                               alignment(b.data, b.batch_stride * in_bytes),
                               alignment(c, c_batch_stride * out_bytes)};
   const PlanKey key = {static_cast<int64_t>(g.in_type), static_cast<int64_t>(g.out_type),
-                       g.b_transposed, g.short_inner, g.batches, g.rows, g.cols, g.inner, a.ld, b.ld, ldc,
-                       a.batch_stride, b.batch_stride, c_batch_stride, aligned[0], aligned[1],
-                       aligned[2], ctx.scratch_bytes};
+                       g.b_transposed, g.short_inner, g.batches, g.rows, g.cols, g.inner,
+                       a.ld, b.ld, ldc, a.batch_stride, b.batch_stride, c_batch_stride,
+                       aligned[0], aligned[1], aligned[2], ctx.scratch_bytes};
   auto plan = std::find_if(h.plans.begin(), h.plans.end(),
                            [&key](const Plan& p) { return p.key == key; });
   if (plan == h.plans.end()) {

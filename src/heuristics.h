@@ -75,13 +75,16 @@ bool cuda_gemm_preferred(const Problem& p);
 inline bool fused_use_resident(int64_t tiles, bool weights_fit, int sm_count) {
   return weights_fit && tiles >= int64_t{kFusedResidentMinTilesPerSm} * sm_count;
 }
-// cuda-fused cluster configuration: tokens per cluster, the fewest (a multiple of 4) that keep
-// the clusters within one block per SM, so the latency-bound small calls spread over every SM
-// with the least work per block; at most kFusedClusterMaxTokens, where many tokens amortize each
-// block's weight slice.
-inline int64_t fused_cluster_tile_tokens(int64_t tokens, int sm_count) {
-  const int64_t blocks_per_sm = sm_count > 0 ? sm_count : 1;
-  const int64_t fill = (tokens * tiles::kFusedClusterBlocks + blocks_per_sm - 1) / blocks_per_sm;
+// cuda-fused cluster configuration: blocks per cluster. Every block's weight slice comes from
+// memory at the start of a call, and a block's time to pull its slice is what bounds small calls,
+// so the most blocks a portable cluster has: each fetches 1/8 of the weights.
+inline int fused_cluster_blocks(int64_t /*tokens*/) { return tiles::kFusedClusterMaxBlocks; }
+// ... and tokens per cluster: the fewest (a multiple of 4) that keep the clusters within one block
+// per SM, so the latency-bound small calls spread over every SM with the least work per block; at
+// most kFusedClusterMaxTokens, where many tokens amortize each block's weight slice.
+inline int64_t fused_cluster_tile_tokens(int64_t tokens, int blocks, int sm_count) {
+  const int64_t sms = sm_count > 0 ? sm_count : 1;
+  const int64_t fill = (tokens * blocks + sms - 1) / sms;
   const int64_t tile = (fill + 3) / 4 * 4;
   return tile < tiles::kFusedClusterMinTokens   ? tiles::kFusedClusterMinTokens
          : tile > tiles::kFusedClusterMaxTokens ? tiles::kFusedClusterMaxTokens

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "cuda/common.h"
 #include "cuda/cuda_check.h"
@@ -26,7 +27,7 @@
 namespace latentkv::detail {
 namespace {
 
-constexpr int kBlocks = tiles::kFusedClusterBlocks;
+constexpr int kMaxBlocks = tiles::kFusedClusterMaxBlocks;
 constexpr int kThreads = tiles::kFusedClusterThreads;
 // Floats added to each hidden and latent row in shared memory: the rows of neighbouring token
 // groups, read by one warp, then start in different banks.
@@ -36,9 +37,10 @@ static_assert(tiles::kFusedClusterReduceFloats >= 16 * kThreads,
 static_assert(tiles::kFusedClusterMaxTokens % 4 == 0, "tiles are whole 4-token register tiles");
 
 struct ClusterParams : FusedParamsBase {
+  int blocks;       // per cluster (the launch's cluster size), <= kMaxBlocks
   int tile_tokens;  // tokens per cluster, a multiple of 4
-  int d_chunk;      // rows of D per block: ceil(D / kBlocks) rounded up to 4
-  int col_chunk;    // columns of [K | V] per block: ceil(2N / kBlocks) rounded up to 4
+  int d_chunk;      // rows of D per block: ceil(D / blocks) rounded up to 4
+  int col_chunk;    // columns of [K | V] per block: ceil(2N / blocks) rounded up to 4
   bool out_vec4;    // out 16-byte aligned, Dh and its strides multiples of 4
 };
 
@@ -47,11 +49,12 @@ struct ClusterParams : FusedParamsBase {
 template <typename I>
 struct ClusterPlan {
   I hidden_ld, latent_ld;
-  I hidden, w_down, w_up, partial, latent, reduce, total;
+  I barriers, hidden, w_down, w_up, partial, latent, reduce, total;
   __host__ __device__ ClusterPlan(I tile_tokens, I d_chunk, I rank, I col_chunk) {
     hidden_ld = d_chunk + kRowPad;
     latent_ld = rank + kRowPad;
-    hidden = 0;                                     // [tile_tokens][hidden_ld]
+    barriers = 0;                                   // 2 mbarriers (bulk copies), 16 bytes
+    hidden = barriers + 4;                          // [tile_tokens][hidden_ld]
     w_down = hidden + tile_tokens * hidden_ld;      // [d_chunk][R]
     w_up = w_down + d_chunk * rank;                 // [R][col_chunk]
     partial = w_up + rank * col_chunk;              // [tile_tokens][R]: this block's D chunk
@@ -88,6 +91,17 @@ __device__ __forceinline__ void cluster_arrive() {
 __device__ __forceinline__ void cluster_wait() {
 #if LATENTKV_SM90
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// One contiguous run of global memory into this block's shared memory (both 16-byte aligned,
+// bytes a multiple of 16), completing on `bar`.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
+#if LATENTKV_SM90
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(shared_address(bar))
+      : "memory");
 #endif
 }
 // 16 bytes of block `rank`'s shared memory at the address `local` has in this block.
@@ -182,6 +196,9 @@ __device__ __forceinline__ void tile_gemm(const float* A, int lda, const float* 
   }
 }
 
+// Loads: kBulk, bulk copies (the copy engine, one per row piece, completing on two mbarriers);
+// else cp.async, 16 bytes per thread and copy (two commit groups).
+template <bool kBulk>
 __global__ void __launch_bounds__(kThreads)
     kv_proj_fused_cluster_sm90(const __grid_constant__ ClusterParams p) {
 #if LATENTKV_SM90
@@ -197,7 +214,7 @@ __global__ void __launch_bounds__(kThreads)
   float* reduce_s = smem + plan.reduce;
 
   const uint32_t me = cluster_block_rank();
-  const int token0 = (blockIdx.x / kBlocks) * p.tile_tokens;
+  const int token0 = (blockIdx.x / p.blocks) * p.tile_tokens;
   const int live = min(p.tile_tokens, p.tokens - token0);  // tokens of this tile below T
   const int rows = (live + 3) / 4 * 4;                      // rows past `live` are zeros
   const int d0 = static_cast<int>(me) * p.d_chunk;
@@ -205,8 +222,54 @@ __global__ void __launch_bounds__(kThreads)
   const int c0 = static_cast<int>(me) * p.col_chunk;
   const int c_live = max(0, min(p.col_chunk, 2 * N - c0));
 
-  // Group 0: the hidden tile's D chunk and w_down's rows of it.
-  {
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + plan.barriers);
+  if constexpr (kBulk) {
+    // Copies: the live hidden rows' D chunk, w_down's rows of it (one run when packed), and per
+    // row of R the K and V pieces of this block's columns (N % 4 == 0: pieces of whole quads).
+    const bool packed_down = p.w_down_stride == R;
+    const int n_hidden = d_live > 0 ? live : 0;
+    const int n_down = d_live == 0 ? 0 : packed_down ? 1 : d_live;
+    const int k_cols = max(0, min(c0 + c_live, N) - c0);  // this block's columns of K
+    const int v_cols = c_live - k_cols;
+    const int pieces = (k_cols > 0) + (v_cols > 0);
+    if (tid == 0) {
+      init_barrier(&bars[0]);
+      init_barrier(&bars[1]);
+      publish_barrier_init();
+      expect_bytes(&bars[0], static_cast<uint32_t>(4 * d_live * (n_hidden + R)));
+      expect_bytes(&bars[1], static_cast<uint32_t>(4 * R * c_live));
+    }
+    for (int i = tid; i < (rows - live) * (d_live / 4); i += kThreads) {  // padding rows: zeros
+      const int t = live + i / (d_live / 4), q = i % (d_live / 4);
+      *reinterpret_cast<float4*>(hidden_s + t * plan.hidden_ld + 4 * q) =
+          make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    __syncthreads();  // barriers initialized and armed before any copy completes on them
+    const int total = n_hidden + n_down + R * pieces;
+    for (int i = tid; i < total; i += kThreads) {
+      if (i < n_hidden) {
+        bulk_copy(hidden_s + i * plan.hidden_ld,
+                  p.hidden + token_offset(token0 + i, p.seq, p.hidden_stride_batch,
+                                          p.hidden_stride_seq) + d0,
+                  4 * d_live, &bars[0]);
+      } else if (i < n_hidden + n_down) {
+        const int k = i - n_hidden;
+        bulk_copy(w_down_s + k * R, p.w_down + (d0 + k) * p.w_down_stride,
+                  4 * (packed_down ? d_live * R : R), &bars[0]);
+      } else {
+        const int j = i - n_hidden - n_down, k = j / pieces;
+        if (j % pieces == 0 && k_cols > 0) {
+          bulk_copy(w_up_s + k * p.col_chunk, p.w_up_k + k * p.w_up_k_stride + c0, 4 * k_cols,
+                    &bars[1]);
+        } else {
+          bulk_copy(w_up_s + k * p.col_chunk + k_cols,
+                    p.w_up_v + k * p.w_up_v_stride + (c0 + k_cols - N), 4 * v_cols, &bars[1]);
+        }
+      }
+    }
+    wait_barrier(&bars[0], 0);
+  } else {
+    // Group 0: the hidden tile's D chunk and w_down's rows of it.
     const int quads = d_live / 4;
     for (int i = tid; i < rows * quads; i += kThreads) {
       const int t = i / quads, q = i - t * quads;
@@ -222,25 +285,27 @@ __global__ void __launch_bounds__(kThreads)
       const int k = i / row_quads, q = i - k * row_quads;
       copy16_async(w_down_s + k * R + 4 * q, p.w_down + (d0 + k) * p.w_down_stride + 4 * q, true);
     }
-  }
-  commit_copies();
-  // Group 1: this block's columns of [w_up_k | w_up_v] (N % 4 == 0: a quad lies in one half).
-  {
-    const int quads = c_live / 4;
-    for (int i = tid; i < R * quads; i += kThreads) {
-      const int k = i / quads, j = c0 + 4 * (i - k * quads);
+    commit_copies();
+    // Group 1: this block's columns of [w_up_k | w_up_v] (N % 4 == 0: a quad lies in one half).
+    const int up_quads = c_live / 4;
+    for (int i = tid; i < R * up_quads; i += kThreads) {
+      const int k = i / up_quads, j = c0 + 4 * (i - k * up_quads);
       const float* src = j < N ? p.w_up_k + k * p.w_up_k_stride + j
                                : p.w_up_v + k * p.w_up_v_stride + (j - N);
       copy16_async(w_up_s + k * p.col_chunk + (j - c0), src, true);
     }
+    commit_copies();
+    wait_copies<1>();
   }
-  commit_copies();
-  wait_copies<1>();
   __syncthreads();
 
   tile_gemm(hidden_s, plan.hidden_ld, w_down_s, R, rows, R, d_live, reduce_s,
             [&](int t, int c, float4 v) { *reinterpret_cast<float4*>(partial_s + t * R + c) = v; });
-  wait_copies<0>();
+  if constexpr (kBulk) {
+    wait_barrier(&bars[1], 0);
+  } else {
+    wait_copies<0>();
+  }
   // Every block's partial (and this block's up weights) complete and visible cluster-wide.
   cluster_arrive();
   cluster_wait();
@@ -249,11 +314,11 @@ __global__ void __launch_bounds__(kThreads)
   for (int q = tid; q < rows * row_quads; q += kThreads) {
     const int t = q / row_quads, c = 4 * (q - t * row_quads);
     float4 sum = load_cluster_shared(partial_s + t * R + c, 0);
-    for (uint32_t b = 1; b < kBlocks; ++b) {
+    for (uint32_t b = 1; b < static_cast<uint32_t>(p.blocks); ++b) {
       sum = add4(sum, load_cluster_shared(partial_s + t * R + c, b));
     }
     *reinterpret_cast<float4*>(latent_s + t * plan.latent_ld + c) = sum;
-    if (p.latent != nullptr && t < live && static_cast<uint32_t>(q % kBlocks) == me) {
+    if (p.latent != nullptr && t < live && static_cast<uint32_t>(q % p.blocks) == me) {
       float* dst = p.latent +
                    token_offset(token0 + t, p.seq, p.latent_stride_batch, p.latent_stride_seq) + c;
       dst[0] = sum.x;
@@ -288,7 +353,13 @@ __global__ void __launch_bounds__(kThreads)
 
 struct ClusterKernels {
   static Status setup(const DeviceFacts& f) {
-    return cuda_status(cudaFuncSetAttribute(kv_proj_fused_cluster_sm90,
+    Status s = allow_max_smem<true>(f);
+    if (s.ok()) s = allow_max_smem<false>(f);
+    return s;
+  }
+  template <bool kBulk>
+  static Status allow_max_smem(const DeviceFacts& f) {
+    return cuda_status(cudaFuncSetAttribute(kv_proj_fused_cluster_sm90<kBulk>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(f.smem_optin)),
                        "cudaFuncSetAttribute(kv_proj_fused_cluster_sm90, "
@@ -296,11 +367,13 @@ struct ClusterKernels {
   }
 };
 
-int64_t chunk(int64_t extent) { return round_up<int64_t>(ceil_div<int64_t>(extent, kBlocks), 4); }
+int64_t chunk(int64_t extent, int blocks) {
+  return round_up<int64_t>(ceil_div<int64_t>(extent, blocks), 4);
+}
 
-int64_t plan_bytes(const Problem& p, int64_t tile_tokens) {
-  const ClusterPlan<int64_t> plan(tile_tokens, chunk(p.model_dim), p.rank,
-                                  chunk(2 * p.kv_width()));
+int64_t plan_bytes(const Problem& p, int64_t tile_tokens, int blocks) {
+  const ClusterPlan<int64_t> plan(tile_tokens, chunk(p.model_dim, blocks), p.rank,
+                                  chunk(2 * p.kv_width(), blocks));
   return plan.total * static_cast<int64_t>(sizeof(float));
 }
 
@@ -309,45 +382,58 @@ bool rows16(const void* ptr, int64_t stride) { return is_aligned(ptr, 16) && str
 }  // namespace
 
 bool fused_cluster_takes(const Problem& p, const Args& a, const DeviceFacts& f) {
-  if (f.major < 9 || compiled_arch<kv_proj_fused_cluster_sm90>() < 90) return false;
+  if (f.major < 9 || compiled_arch<kv_proj_fused_cluster_sm90<true>>() < 90) return false;
   if (p.model_dim % 4 != 0 || p.rank % 4 != 0 || p.kv_width() % 4 != 0) return false;
   if (!rows16(a.hidden, a.hidden_stride_seq) || a.hidden_stride_batch % 4 != 0 ||
       !rows16(a.w_down, a.w_down_stride_row) || !rows16(a.w_up_k, a.w_up_k_stride_row) ||
       !rows16(a.w_up_v, a.w_up_v_stride_row)) {
     return false;
   }
-  const int64_t tile = fused_cluster_tile_tokens(p.tokens(), f.sm_count);
-  return plan_bytes(p, tile) <= static_cast<int64_t>(f.smem_optin);
+  const int blocks = fused_cluster_blocks(p.tokens());
+  const int64_t tile = fused_cluster_tile_tokens(p.tokens(), blocks, f.sm_count);
+  return plan_bytes(p, tile, blocks) <= static_cast<int64_t>(f.smem_optin);
+}
+
+Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& f, Stream stream) {
+  return run_fused_cluster(p, a, f, stream, fused_cluster_blocks(p.tokens()), true);
 }
 
 Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& facts,
-                         Stream stream) {
+                         Stream stream, int blocks, bool bulk) {
+  if (blocks < 1 || blocks > kMaxBlocks) {
+    return {StatusCode::kInvalidArgument, "cuda-fused cluster size blocks = " +
+                                              std::to_string(blocks) + " is outside 1.." +
+                                              std::to_string(kMaxBlocks)};
+  }
   const DeviceFacts* f = &facts;
   if (Status s = prepared_device<ClusterKernels>(&f); !s.ok()) return s;
   ClusterParams k;
   copy_fused_args(p, a, k);
-  const int64_t tile = fused_cluster_tile_tokens(p.tokens(), f->sm_count);
+  const int64_t tile = fused_cluster_tile_tokens(p.tokens(), blocks, f->sm_count);
+  k.blocks = blocks;
   k.tile_tokens = static_cast<int>(tile);
-  k.d_chunk = static_cast<int>(chunk(p.model_dim));
-  k.col_chunk = static_cast<int>(chunk(2 * p.kv_width()));
+  k.d_chunk = static_cast<int>(chunk(p.model_dim, blocks));
+  k.col_chunk = static_cast<int>(chunk(2 * p.kv_width(), blocks));
   k.out_vec4 = is_aligned(a.out, 16) && p.head_dim % 4 == 0 && a.out_stride_kv % 4 == 0 &&
                a.out_stride_batch % 4 == 0 && a.out_stride_seq % 4 == 0 &&
                a.out_stride_head % 4 == 0;
 
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(ceil_div<int64_t>(p.tokens(), tile) * kBlocks));
+  config.gridDim = dim3(static_cast<unsigned>(ceil_div<int64_t>(p.tokens(), tile) * blocks));
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(plan_bytes(p, tile));
+  config.dynamicSmemBytes = static_cast<size_t>(plan_bytes(p, tile, blocks));
   config.stream = stream;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = kBlocks;
+  attribute.val.clusterDim.x = static_cast<unsigned>(blocks);
   attribute.val.clusterDim.y = 1;
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return cuda_status(cudaLaunchKernelEx(&config, kv_proj_fused_cluster_sm90, k),
-                     "kv_proj_fused_cluster_sm90 launch");
+  const cudaError_t err =
+      bulk ? cudaLaunchKernelEx(&config, kv_proj_fused_cluster_sm90<true>, k)
+           : cudaLaunchKernelEx(&config, kv_proj_fused_cluster_sm90<false>, k);
+  return cuda_status(err, "kv_proj_fused_cluster_sm90 launch");
 }
 
 }  // namespace latentkv::detail

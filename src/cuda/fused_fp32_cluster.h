@@ -28,7 +28,11 @@ inline void copy_fused_args(const Problem& p, const Args& a, FusedParamsBase& k)
 // limit. Host-only checks on values already at hand (no driver call after the first).
 bool fused_cluster_takes(const Problem& p, const Args& a, const DeviceFacts& f);
 
-// Launches it (fused_cluster_takes must have said yes).
+// Launches it (fused_cluster_takes must have said yes) with heuristics.h's cluster size.
 Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& f, Stream stream);
+// The same with the cluster size (2..kFusedClusterMaxBlocks, shared memory checked by the caller)
+// and the load path chosen: bulk copies, else cp.async (dev/fused_cluster_probe.cu compares them).
+Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& f, Stream stream,
+                         int blocks, bool bulk);
 
 }  // namespace latentkv::detail

@@ -26,10 +26,11 @@ constexpr int kFusedResidentUpCols = 256;  // 64 column groups x 4 columns per u
 constexpr int kFusedDownCols = 64;
 // Rows are read 4 floats at a time (16 bytes) when D, R and 2N are multiples of this.
 constexpr int kFusedVectorWidth = 4;
-// Cluster configuration (fused_fp32_cluster.cu, sm_90, 16-byte aligned rows): a cluster of 4
-// blocks per token tile, block b taking D chunk b of the down projection and column chunk b of the
-// up one, so each fetches a quarter of the weights (24 KB at the founding dims) in one round trip.
-constexpr int kFusedClusterBlocks = 4;
+// Cluster configuration (fused_fp32_cluster.cu, sm_90, 16-byte aligned rows): a cluster of C
+// blocks per token tile (C from heuristics.h), block b taking D chunk b of the down projection and
+// column chunk b of the up one, so each fetches 1/C of the weights in one round trip. 8 is the
+// portable cluster limit.
+constexpr int kFusedClusterMaxBlocks = 8;
 constexpr int kFusedClusterThreads = 256;
 // Tokens per tile, chosen per call between 4 (one register tile) and this (fused_cluster_tile_
 // tokens, heuristics.h); 32 keeps a block's shared memory near 60 KB at the founding dims.

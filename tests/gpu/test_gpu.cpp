@@ -759,11 +759,12 @@ TEST(GpuDecodeDispatch, AutoPicksDecodeForFewTokens) {
 }
 
 // ---- cuda-fused's cluster configuration (sm_90, 16-byte aligned rows) ----
-// Its tile of tokens is chosen per call from T and the SM count (4 more tokens each time T passes
-// a multiple of the SM count, up to 32), so the token edges here are k * SMs - 1, k * SMs and
-// k * SMs + 1 (a tile full, then one token into a larger one) past the 32-token cap; the D and
-// [K | V] chunks (one per block of the cluster of 4) are exercised where D and 2N leave some blocks
-// a short or empty chunk (D = 4, 20; N = 4, 12). Layouts: strided inputs and outputs still 16-byte
+// Its tile of tokens is chosen per call from T, the cluster size C and the SM count (4 more tokens
+// each time C * T passes a multiple of 4 * SMs, up to 32), so the token edges here are k * SMs / 2
+// - 1, k * SMs / 2 and k * SMs / 2 + 1 (a tile full, then one token into a larger one; every edge
+// for C = 8, every second for C = 4) past the 32-token cap; the D and [K | V] chunks (one per
+// block of the cluster) are exercised where D and 2N leave some blocks a short or empty chunk
+// (D = 4, 20; N = 4, 12). Layouts: strided inputs and outputs still 16-byte
 // aligned (its vector stores, heads not packed), outputs with odd strides (its scalar stores),
 // pointers 16 bytes off (still its path) and 4 bytes off (the fallback configuration).
 
@@ -832,8 +833,9 @@ TEST(GpuFusedCluster, TokenTileEdges) {
   const int64_t sms = device_sm_count();
   ASSERT_GT(sms, 0);
   std::vector<int64_t> tokens = {3, 4, 5};
-  for (int64_t k = 1; k <= 9; ++k) {
-    for (int64_t t : {k * sms - 1, k * sms, k * sms + 1}) tokens.push_back(t);
+  for (int64_t k = 1; k <= 17; ++k) {
+    const int64_t edge = k * sms / 2;
+    for (int64_t t : {edge - 1, edge, edge + 1}) tokens.push_back(t);
   }
   for (int64_t t : tokens) {
     expect_fused_cluster_layouts(shape(1, t, 256, 48, 4, 32));
@@ -844,7 +846,7 @@ TEST(GpuFusedCluster, TokenTileEdges) {
 
 TEST(GpuFusedCluster, ChunkEdges) {
   SKIP_WITHOUT_CUDA();
-  const int64_t t = device_sm_count() + 1;  // 8-token tiles, the last holding one token
+  const int64_t t = device_sm_count() + 1;  // a partial last tile of one token
   for (int64_t d : {4, 12, 20, 60, 260}) {
     expect_fused_cluster_layouts(shape(1, t, d, 16, 2, 8));
     if (HasFatalFailure()) return;

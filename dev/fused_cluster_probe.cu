@@ -29,6 +29,27 @@
 
 namespace lk = latentkv;
 
+// Median per-call time of `calls` calls captured in `exec`, over 20 replays after 5 warm-ups.
+float median_replay_us(cudaGraphExec_t exec, cudaStream_t stream, int calls) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> per_call;
+  for (int rep = 0; rep < 25; ++rep) {
+    cudaEventRecord(e0, stream);
+    cudaGraphLaunch(exec, stream);
+    cudaEventRecord(e1, stream);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (rep >= 5) per_call.push_back(1000.f * ms / calls);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(per_call.begin(), per_call.end());
+  return per_call[per_call.size() / 2];
+}
+
 int probe(int64_t T) {
   const lk::Problem p{1, T, 256, 48, 4, 32, lk::DType::kFloat32};
   const int64_t D = p.model_dim, R = p.rank, N = p.kv_width();
@@ -78,9 +99,6 @@ int probe(int64_t T) {
   if (!lk::detail::current_device_facts(&f).ok()) return 1;
   cudaStream_t stream;
   CK(cudaStreamCreate(&stream));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   for (int blocks : {1, 2, 4, 8}) {
     for (bool bulk : {true, false}) {
       std::vector<float> out(static_cast<size_t>(2 * T * N));
@@ -109,20 +127,9 @@ int probe(int64_t T) {
       }
       CK(cudaStreamEndCapture(stream, &graph));
       CK(cudaGraphInstantiate(&exec, graph, 0));
-      std::vector<float> per_call;
-      for (int rep = 0; rep < 25; ++rep) {
-        CK(cudaEventRecord(e0, stream));
-        CK(cudaGraphLaunch(exec, stream));
-        CK(cudaEventRecord(e1, stream));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (rep >= 5) per_call.push_back(1000.f * ms / calls);
-      }
-      std::sort(per_call.begin(), per_call.end());
       printf("T=%-5lld C=%d %-8s err %.2e  %.2f us/call (%d calls, %d sets)\n", (long long)T,
              blocks, bulk ? "bulk" : "cp.async", std::sqrt(num / den),
-             per_call[per_call.size() / 2], calls, sets);
+             median_replay_us(exec, stream, calls), calls, sets);
       CK(cudaGraphExecDestroy(exec));
       CK(cudaGraphDestroy(graph));
     }
@@ -155,22 +162,8 @@ int empty_launch(int blocks, int cluster) {
   for (int c = 0; c < kCalls; ++c) CK(cudaLaunchKernelEx(&config, empty_kernel));
   CK(cudaStreamEndCapture(stream, &graph));
   CK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> per_call;
-  for (int rep = 0; rep < 20; ++rep) {
-    CK(cudaEventRecord(e0, stream));
-    CK(cudaGraphLaunch(exec, stream));
-    CK(cudaEventRecord(e1, stream));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (rep >= 5) per_call.push_back(1000.f * ms / kCalls);
-  }
-  std::sort(per_call.begin(), per_call.end());
   printf("empty kernel, %d blocks, cluster %d: %.3f us/call\n", blocks, cluster,
-         per_call[per_call.size() / 2]);
+         median_replay_us(exec, stream, kCalls));
   return 0;
 }
 

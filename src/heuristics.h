@@ -75,10 +75,20 @@ bool cuda_gemm_preferred(const Problem& p);
 inline bool fused_use_resident(int64_t tiles, bool weights_fit, int sm_count) {
   return weights_fit && tiles >= int64_t{kFusedResidentMinTilesPerSm} * sm_count;
 }
-// cuda-fused cluster configuration: blocks per cluster. Every block's weight slice comes from
-// memory at the start of a call, and a block's time to pull its slice is what bounds small calls,
-// so the most blocks a portable cluster has: each fetches 1/8 of the weights.
-inline int fused_cluster_blocks(int64_t /*tokens*/) { return tiles::kFusedClusterMaxBlocks; }
+// cuda-fused: the cluster configuration (sm_90, aligned rows) once the streaming one's grid would
+// pass this many blocks per SM (a second wave). Below it the streaming grid was faster (founding
+// T=384, 192 blocks: 6.0 us against the cluster's best 7.0); past it the cluster one (T=733, 368
+// blocks: 10.6 against 8.45). At T <= 64 the two were within 6% of each other.
+constexpr int kFusedClusterMinStreamBlocksPerSm = 2;
+inline bool fused_use_cluster(int64_t stream_blocks, int sm_count) {
+  return stream_blocks > int64_t{kFusedClusterMinStreamBlocksPerSm} * sm_count;
+}
+// ... its blocks per cluster: 2 was the fastest of 1/2/4/8 at founding T = 384, 733 and 6144 (more
+// blocks: each sums more partial latents over DSMEM and the hidden tile shrinks less than the
+// weights' re-reads grow), and cp.async loads beat bulk copies there (8.45 against 8.62 us at
+// T=733, 25.4 against 28.3 at T=6144).
+inline int fused_cluster_blocks(int64_t /*tokens*/) { return 2; }
+constexpr bool kFusedClusterBulkCopies = false;
 // ... and tokens per cluster: the fewest (a multiple of 4) that keep the clusters within one block
 // per SM, so the latency-bound small calls spread over every SM with the least work per block; at
 // most kFusedClusterMaxTokens, where many tokens amortize each block's weight slice.

@@ -3,10 +3,11 @@
 // (and the latent, when asked) directly. FFMA with float32 accumulation: the error against float64
 // stays near 1e-7 (no TF32).
 //
-// First choice, where it takes the call: the cluster configuration (fused_fp32_cluster.cu: sm_90,
-// 16-byte aligned rows; 4 blocks per token tile, each fetching a quarter of the weights, every load
-// issued at kernel start). Everything else runs one of two tile configurations (tile_sizes.h), one
-// kernel template, kv_proj_fused_fp32 (any architecture):
+// Once the streaming configuration's grid passes 2 blocks per SM (heuristics.h), the cluster
+// configuration where it takes the call (fused_fp32_cluster.cu: sm_90, 16-byte aligned rows; a
+// cluster of blocks per token tile, each fetching its slice of the weights, every load issued at
+// kernel start). Everything else runs one of two tile configurations (tile_sizes.h), one kernel
+// template, kv_proj_fused_fp32 (any architecture):
 // - kStreamConfig (few tokens, or weights too large for shared memory): 4 tokens per block, one
 //   block per tile, weights read straight from L2. At the founding size (T=384, D=256, R=48,
 //   N=128: 19 MFLOP, 0.9 MB) the time is launch latency plus memory round trips, so every thread
@@ -409,13 +410,23 @@ FusedParams make_params(const Problem& p, const Args& a, int tile_tokens) {
 // How many blocks share one token tile's up projection (gridDim.y). Each of them recomputes the
 // tile's latent, so the split stays where the repeated down projection (D*R per token) costs at
 // most the up projection (2N*R per token), and stops once the grid covers the SMs twice.
-int column_splits(const Problem& p, int64_t tiles, int up_cols, int sm_count) {
+int64_t useful_column_splits(const Problem& p, int up_cols) {
   const int64_t passes = (2 * p.kv_width() + up_cols - 1) / up_cols;
   const int64_t cheap = 1 + 2 * p.kv_width() / p.model_dim;
+  return passes < cheap ? passes : cheap;
+}
+int column_splits(const Problem& p, int64_t tiles, int up_cols, int sm_count) {
   const int64_t fill = (2 * int64_t{sm_count} + tiles - 1) / tiles;
-  int64_t splits = passes < cheap ? passes : cheap;
+  int64_t splits = useful_column_splits(p, up_cols);
   splits = splits < fill ? splits : fill;
   return static_cast<int>(splits < 1 ? 1 : splits > 65535 ? 65535 : splits);
+}
+
+// The cluster configuration (heuristics.h) once the streaming grid, with the column splits it
+// would want, passes its blocks per SM (monotonic in T, unlike the capped split count).
+bool use_cluster(const Problem& p, const DeviceFacts& f) {
+  const int64_t tiles = ceil_div<int64_t>(p.tokens(), kStreamConfig::kTokens);
+  return fused_use_cluster(tiles * useful_column_splits(p, kStreamConfig::kUpCols), f.sm_count);
 }
 
 template <typename Config>
@@ -472,7 +483,9 @@ Status cuda_fused_fits(const Problem& p) {
 Status run_cuda_fused(const Problem& p, const Args& a, Stream stream) {
   const DeviceFacts* f = nullptr;
   if (Status s = prepared_device<FusedKernels>(&f); !s.ok()) return s;
-  if (fused_cluster_takes(p, a, *f)) return run_fused_cluster(p, a, *f, stream);
+  if (use_cluster(p, *f) && fused_cluster_takes(p, a, *f)) {
+    return run_fused_cluster(p, a, *f, stream);
+  }
   if (use_resident(p, *f)) return launch<kResidentConfig>(p, a, *f, stream);
   return launch<kStreamConfig>(p, a, *f, stream);
 }

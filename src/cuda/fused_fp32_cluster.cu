@@ -395,7 +395,8 @@ bool fused_cluster_takes(const Problem& p, const Args& a, const DeviceFacts& f) 
 }
 
 Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& f, Stream stream) {
-  return run_fused_cluster(p, a, f, stream, fused_cluster_blocks(p.tokens()), true);
+  return run_fused_cluster(p, a, f, stream, fused_cluster_blocks(p.tokens()),
+                           kFusedClusterBulkCopies);
 }
 
 Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& facts,

@@ -29,7 +29,7 @@ constexpr int kFusedVectorWidth = 4;
 // Cluster configuration (fused_fp32_cluster.cu, sm_90, 16-byte aligned rows): a cluster of C
 // blocks per token tile (C from heuristics.h), block b taking D chunk b of the down projection and
 // column chunk b of the up one, so each fetches 1/C of the weights in one round trip. 8 is the
-// portable cluster limit.
+// portable cluster limit (dev/fused_cluster_probe.cu tries 1, 2, 4, 8).
 constexpr int kFusedClusterMaxBlocks = 8;
 constexpr int kFusedClusterThreads = 256;
 // Tokens per tile, chosen per call between 4 (one register tile) and this (fused_cluster_tile_

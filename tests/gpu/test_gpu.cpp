@@ -759,7 +759,9 @@ TEST(GpuDecodeDispatch, AutoPicksDecodeForFewTokens) {
 }
 
 // ---- cuda-fused's cluster configuration (sm_90, 16-byte aligned rows) ----
-// Its tile of tokens is chosen per call from T, the cluster size C and the SM count (4 more tokens
+// cuda-fused runs it once its streaming grid (ceil(T / 4) tiles, times up to a few column splits)
+// passes 2 blocks per SM, so from T > 8 * SMs on whatever the widths; below that only the founding
+// dims' token sweep reaches it (from T > 4 * SMs, 2 column splits). Its tile of tokens is chosen per call from T, the cluster size C and the SM count (4 more tokens
 // each time C * T passes a multiple of 4 * SMs, up to 32), so the token edges here are k * SMs / 2
 // - 1, k * SMs / 2 and k * SMs / 2 + 1 (a tile full, then one token into a larger one; every edge
 // for C = 8, every second for C = 4) past the 32-token cap; the D and [K | V] chunks (one per
@@ -818,11 +820,14 @@ int device_sm_count() {
   return sms;
 }
 
-// A few shapes small enough for compute-sanitizer: one token, a partial last tile, empty chunks.
+// A few shapes small enough for compute-sanitizer, each just past the T where the cluster
+// configuration starts: partial last tiles, empty chunks, heads not a multiple of 4 wide.
 TEST(GpuFusedCluster, SmallEdges) {
   SKIP_WITHOUT_CUDA();
-  for (const Problem& p : {shape(1, 1, 256, 48, 4, 32), shape(1, 5, 20, 8, 1, 4),
-                           shape(2, 3, 4, 4, 3, 4), shape(1, 9, 64, 52, 2, 6)}) {
+  const int64_t t = 8 * device_sm_count() + 1;
+  ASSERT_GT(t, 1);
+  for (const Problem& p : {shape(1, t, 256, 48, 4, 32), shape(1, t, 20, 8, 1, 4),
+                           shape(1, t + 2, 4, 4, 3, 4), shape(1, t + 6, 64, 52, 2, 6)}) {
     expect_fused_cluster_layouts(p);
     if (HasFatalFailure()) return;
   }
@@ -846,7 +851,7 @@ TEST(GpuFusedCluster, TokenTileEdges) {
 
 TEST(GpuFusedCluster, ChunkEdges) {
   SKIP_WITHOUT_CUDA();
-  const int64_t t = device_sm_count() + 1;  // a partial last tile of one token
+  const int64_t t = 8 * device_sm_count() + 1;  // the cluster configuration at any width
   for (int64_t d : {4, 12, 20, 60, 260}) {
     expect_fused_cluster_layouts(shape(1, t, d, 16, 2, 8));
     if (HasFatalFailure()) return;

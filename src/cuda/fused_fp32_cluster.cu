@@ -1,16 +1,20 @@
-// cuda-fused's cluster configuration (sm_90): one thread-block cluster of kFusedClusterBlocks
-// blocks per tile of tokens, each block fetching one slice of the weights, all its loads issued at
-// kernel start. At the founding size every earlier configuration was a chain of dependent memory
-// round trips (hidden and w_down, a reduction, the up weights, a second reduction), each block
-// reading all 96 KB of weights; here a block reads its quarter, in one round trip:
-//   block b of a cluster: the hidden tile's columns and w_down's rows of D chunk b
-//                         (cp.async group 0) and [w_up_k | w_up_v]'s column chunk b (group 1),
-//   down:  partial_b[t][r] = sum_{d in chunk b} hidden[t][d] * w_down[d][r]   (while group 1 lands)
-//   cluster barrier; every block sums the kFusedClusterBlocks partials through distributed shared
-//   memory (the same order everywhere, so every copy of the latent is the same),
+// cuda-fused's cluster configuration (sm_90): one thread-block cluster of C blocks (heuristics.h)
+// per tile of tokens, each block fetching one slice of the weights, all its loads issued at kernel
+// start. The streaming configuration is a chain of dependent memory round trips (hidden and
+// w_down, a reduction, the up weights, a second reduction), each block reading the whole weights;
+// here a block reads 1/C of them, in one round trip:
+//   block b of a cluster: the hidden tile's columns and w_down's rows of D chunk b (cp.async group
+//                         0, or bulk copies on mbarrier 0) and [w_up_k | w_up_v]'s column chunk b
+//                         (group 1 / mbarrier 1),
+//   down:  partial_b[t][r] = sum_{d in chunk b} hidden[t][d] * w_down[d][r]   (while chunk b of
+//          the up weights lands)
+//   cluster barrier; every block sums the C partials through distributed shared memory (the same
+//   order everywhere, so every copy of the latent is the same),
 //   up:    out[t][j] = sum_r latent[t][r] * w_up[r][j] for j in column chunk b.
 // FFMA with float32 accumulation (error ~1e-7 against float64). 16-byte aligned rows only; the
-// other configurations in fused_fp32.cu take everything else.
+// other configurations in fused_fp32.cu take everything else. cuda-fused launches it past the
+// streaming grid's second wave (heuristics.h) with cp.async loads; the bulk-copy path is kept for
+// dev/fused_cluster_probe.cu (slower on the 128-256-byte rows here, docs/experiments.md).
 #include "cuda/fused_fp32_cluster.h"
 
 #include <cuda_runtime.h>

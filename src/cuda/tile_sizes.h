@@ -33,7 +33,8 @@ constexpr int kFusedVectorWidth = 4;
 constexpr int kFusedClusterMaxBlocks = 8;
 constexpr int kFusedClusterThreads = 256;
 // Tokens per tile, chosen per call between 4 (one register tile) and this (fused_cluster_tile_
-// tokens, heuristics.h); 32 keeps a block's shared memory near 60 KB at the founding dims.
+// tokens, heuristics.h); 32 keeps a block's shared memory near 95 KB at the founding dims with
+// C = 2 (two blocks per SM).
 constexpr int kFusedClusterMinTokens = 4;
 constexpr int kFusedClusterMaxTokens = 32;
 // Split-K partials: one 4x4 tile per thread.

@@ -3,7 +3,8 @@
 # cluster-configuration probe (dev/fused_cluster_probe.cu: cluster size x load path), the bench
 # (kAuto and cuda-fused forced at the founding dims), the cuda-fused GPU tests, then
 # compute-sanitizer memcheck and racecheck on the cluster configuration's small edge cases.
-# Logs go to $OUT; a short summary is printed last.
+# Logs go to $OUT; a short summary is printed last. Parameterized suites carry a prefix
+# (Edge/GpuShapes..., All/GpuPresets...), hence the leading * in the filters.
 set -u
 T=build-founding/tests/latentkv_test_gpu
 B=build-founding/bench/latentkv-bench
@@ -16,10 +17,10 @@ echo "probe rc=$?"
   $B --tokens 1,7,64,384,733,1024,2048,6144 --strategy cuda-fused --quiet
 } > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"
-timeout 45 $T --gtest_filter='GpuFusedCluster.*:GpuPresets.*:GpuGraphs.*:GpuLayouts.*:GpuSeedCall.*' \
+timeout 45 $T --gtest_filter='*GpuFusedCluster*:*GpuPresets*:*GpuGraphs*:*GpuLayouts*:*GpuSeedCall*' \
   > "$OUT/tests.log" 2>&1
 echo "tests rc=$?"
-timeout 25 $T --gtest_filter='GpuShapes.*' > "$OUT/shapes.log" 2>&1
+timeout 60 $T --gtest_filter='*GpuShapes*' > "$OUT/shapes.log" 2>&1
 echo "shapes rc=$?"
 timeout 25 compute-sanitizer --tool memcheck $T --gtest_filter=GpuFusedCluster.SmallEdges \
   > "$OUT/memcheck.log" 2>&1

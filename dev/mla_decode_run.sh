@@ -57,7 +57,7 @@ if want bench; then
   rows < "$OUT/bench.txt" | awk '{print $1, $2, $4, $5, $6, $9}' | sed 's/  */ /g'
 fi
 if want sanitize; then
-  f="${SANITIZE_FILTER:-*MlaDecode*dec_tiles_T17*bfloat16_both*paged*:*MlaDecode*dec_tiles_T64*float16_both*dense*:*MlaDecode*dec_tiles_T48*bfloat16_second*paged*:*MlaDecode*dec_16_rope2*float16_both*}"
+  f="${SANITIZE_FILTER:-*MlaDecode*dec_tiles_T17*bfloat16_both*paged*:*MlaDecode*dec_tiles_T64*float16_both*dense*:*MlaDecode*dec_tiles_T48*bfloat16_second*paged*:*MlaDecode*dec_16_rope2*float16_both*:*MlaDecode*dec_one_token_B1*bfloat16_second*:*MlaDecode*deepseek_v2_lite_mla_T64*}"
   for tool in memcheck racecheck; do
     timeout 60 compute-sanitizer --tool $tool --error-exitcode 17 "$TEST" --gtest_brief=0 \
       --gtest_filter="$f" > "$OUT/sanitize_$tool.log" 2>&1 &

@@ -9,7 +9,8 @@
 // fixed permutation of k works when A and B use the same one). Three launches, chained by
 // programmatic dependent launch (sm_90; below it plain stream order):
 //   K1 mla_decode_stage_a      block = 64 weight rows of [q_a_weight; kv_a_weight] (a warp per
-//                              8) x one chunk of D (chunks so that ~2 blocks per SM, steps of 256
+//                              8) x one chunk of D (chunks so that ~2 blocks per SM, 1 with K3
+//                              behind it so a K3 block fits beside it, steps of 256
 //                              columns, 8 loads in flight per thread, double-buffered; 128 and 4
 //                              with four token tiles); the hidden chunk [T, chunk] staged in
 //                              shared memory (chunks narrow as T grows: under 48 KB); partial dot
@@ -69,9 +70,10 @@ template <int kM>
 constexpr int kStageALoads = kM == 4 ? 4 : 8;
 template <int kM>
 constexpr int kStageAStep = kStageALoads<kM> * kKBlock;
-// K1's hidden chunk in shared memory: kMTile * kM rows of smem_ld(kMaxChunk / kM) columns, so
-// 16 x 1056, 32 x 544 or 64 x 288 x 2 B = 33-37 KB, under the 48 KB of a plain launch.
-constexpr int kMaxChunk = 1024;
+// K1's hidden chunk [T, smem_ld(chunk)] in shared memory stays under the 48 KB of a plain launch
+// (max_chunk(T): 1472 columns at T = 16, 320 at T = 64), and at most kMaxChunk columns.
+constexpr int kHiddenSmemBytes = 48 * 1024;
+constexpr int kMaxChunk = 2048;
 constexpr int kMinChunk = 256;   // smaller chunks cost more in partials than they spread (V2-Lite)
 // K-blocks of stage B held at once: 512 columns of kv_b (256 with four token tiles: registers).
 template <int kM>
@@ -82,14 +84,16 @@ constexpr int kMaxRank = 1024;     // c [16, R + pad] in shared memory beside k_
 constexpr int kSlice = kThreads;   // K2: one row per thread
 constexpr int kMaxRopeDim = kThreads;  // K2's k_pe slice is one block
 constexpr int kBlocksPerSm = 2;    // K1's and K3's target (launch bounds allow two)
+// K1's target with stage B behind it: one block per SM leaves room for a K3 block beside it
+// (104 + 112 registers x 256 threads of 64K), which issues its first kv_b tiles while K1 runs.
+constexpr int kStageABlocksBeforeB = 1;
 // Shared-memory rows padded to 64 bytes past a 128-byte multiple: the 8 rows an A fragment load
 // reads at one offset fall in different banks.
 constexpr int kRowPad = 32;  // elements (16-bit)
 static_assert(kMTile == 16, "the m16n8k16 MMA's M side");
 static_assert(kMaxMTiles == 4, "launch_tiles() switches over 1, 2 and 4 token tiles");
 static_assert(kMinChunk % kKBlock == 0 && kMaxChunk % kKBlock == 0, "chunks of whole K-blocks");
-static_assert(kMaxChunk / kMaxMTiles >= kMinChunk && (kMaxChunk / kMaxMTiles) % kKBlock == 0,
-              "every token-tile count keeps chunks of whole K-blocks of at least kMinChunk");
+
 // One token tile leaves one accumulator chain of 2 MMAs per K-block; in K3 (32 per tile) a second
 // chain (even and odd K-blocks) halves the dependent MMA latency a tile waits on. More tiles are
 // chains already. K1 keeps one: its 6 more registers would cost K2 its place beside two K1 blocks.
@@ -99,6 +103,17 @@ static_assert(kSlice % 32 == 0, "K2 reduces per warp");
 
 // Row stride in elements of a shared-memory operand of `width` columns.
 LATENTKV_HD constexpr int smem_ld(int width) { return round_up(width, 64) + kRowPad; }
+
+// K1's widest chunk at T tokens: smem_ld(chunk) * T * 2 B <= kHiddenSmemBytes, whole 64-column
+// groups (smem_ld's rounding), at most kMaxChunk.
+LATENTKV_HD constexpr int max_chunk(int tokens) {
+  const int width = (kHiddenSmemBytes / (2 * tokens) - kRowPad) / 64 * 64;
+  return width < kMaxChunk ? width : kMaxChunk;
+}
+static_assert(max_chunk(kMaxTokens) >= kMinChunk && max_chunk(kMaxTokens) % kKBlock == 0,
+              "every T keeps chunks of whole K-blocks of at least kMinChunk");
+static_assert(2 * kMaxTokens * smem_ld(max_chunk(kMaxTokens)) <= kHiddenSmemBytes,
+              "K1's hidden chunk fits a plain launch at the most tokens");
 
 struct DecodeParams {
   int tokens, seq;       // T, S
@@ -125,6 +140,7 @@ struct DecodeParams {
 
   // Stage B.
   bool from_stage_a;     // c and k_pe from e.latent / pe_out, else:
+  bool c_vectors, pe_vectors;  // every token's c (k_pe) source row is whole 16-byte vectors
   const void* latent;    // [B, S, R] (args.latent) or null: from the cache by slot (e.cache)
   int64_t latent_stride_batch, latent_stride_seq;
   const void* k_pe;      // [B, S, dr] with latent
@@ -248,14 +264,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < 2 * p.tokens) {
     p.arrivals[threadIdx.x] = 0u;  // K2 counts its slices from here
   }
-  const int vectors = (k_end - k_begin) / 8;  // per token row; D % 8 == 0
+  // The hidden chunk by cp.async: every vector in flight at once (T = 64: 8 per thread), none
+  // through registers. takes() checked hidden's 16-byte rows; D % 8 == 0.
+  const int vectors = (k_end - k_begin) / 8;  // per token row
   const T* hidden = static_cast<const T*>(p.hidden);
   for (int i = threadIdx.x; i < p.tokens * vectors; i += kThreads) {
     const int t = i / vectors, v = i % vectors;
     const T* src =
         hidden + token_offset(t, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) + k_begin;
-    *reinterpret_cast<uint4*>(x + t * ld + 8 * v) = load_vector(src + 8 * v);
+    copy16_async(x + t * ld + 8 * v, src + 8 * v, true);
   }
+  wait_async_copies();
   __syncthreads();
 
   Acc<kM, 1> acc;
@@ -471,6 +490,45 @@ __device__ __forceinline__ void stage_b_sources(const DecodeParams& p, int t, co
   }
 }
 
+// Rows [T, width] from per-token sources (src[t], null: zeros) into shared memory rows of stride
+// ld: by 16-byte cp.async where every source row is whole vectors (then the caller waits), else
+// element loads kStageBatch at a time, all of a batch issued before its stores.
+constexpr int kStageBatch = 8;
+template <typename T>
+__device__ __forceinline__ void stage_rows(T* dst, int ld, const T* const* src, int tokens,
+                                           int width, bool vectors) {
+  if (vectors) {
+    const int per_row = width / 8;
+    for (int i = threadIdx.x; i < tokens * per_row; i += kThreads) {
+      const int t = i / per_row, v = i % per_row;
+      const T* row = src[t];
+      T* to = dst + t * ld + 8 * v;
+      if (row != nullptr) {
+        copy16_async(to, row + 8 * v, true);
+      } else {
+        *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    return;
+  }
+  const int n = tokens * width;
+  const T zero = from_float<T>(0.f);
+  for (int i0 = threadIdx.x; i0 < n; i0 += kStageBatch * kThreads) {
+    T v[kStageBatch];
+#pragma unroll
+    for (int j = 0; j < kStageBatch; ++j) {
+      const int i = i0 + j * kThreads;
+      const T* row = i < n ? src[i / width] : nullptr;
+      v[j] = row != nullptr ? row[i % width] : zero;
+    }
+#pragma unroll
+    for (int j = 0; j < kStageBatch; ++j) {
+      const int i = i0 + j * kThreads;
+      if (i < n) dst[(i / width) * ld + i % width] = v[j];
+    }
+  }
+}
+
 // One output of stage B: row n of kv_b (head n / (dn + dv)) for token t, into K or V.
 template <typename T>
 __device__ __forceinline__ void store_kv(const DecodeParams& p, int t, int n, float value) {
@@ -528,16 +586,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   if (first + stride < tiles) prefetch_tile<T>(p, kv_b, first + stride, lane);
   wait_for_previous_stage();
 
-  const T zero = from_float<T>(0.f);
-  for (int t = 0; t < p.tokens; ++t) {
-    const T* c = nullptr;
-    const T* k_pe = nullptr;
-    stage_b_sources<T>(p, t, &c, &k_pe);
-    for (int i = threadIdx.x; i < p.kv_rank; i += kThreads) a[t * ld + i] = c ? c[i] : zero;
-    for (int j = threadIdx.x; j < p.rope_dim; j += kThreads) {
-      pe[t * p.rope_dim + j] = k_pe ? k_pe[j] : zero;
-    }
+  // Every token's sources first (a cache slot is a load), then all rows' loads in flight at once.
+  __shared__ const T* c_src[kMaxTokens];
+  __shared__ const T* pe_src[kMaxTokens];
+  for (int t = threadIdx.x; t < p.tokens; t += kThreads) {
+    stage_b_sources<T>(p, t, &c_src[t], &pe_src[t]);
   }
+  __syncthreads();
+  stage_rows<T>(a, ld, c_src, p.tokens, p.kv_rank, p.c_vectors);
+  stage_rows<T>(pe, p.rope_dim, pe_src, p.tokens, p.rope_dim, p.pe_vectors);
+  wait_async_copies();
   __syncthreads();
 
   // K's k_pe columns, spread over the grid.
@@ -586,25 +644,23 @@ int m_tiles(int64_t tokens) {
   return tiles <= 1 ? 1 : tiles == 2 ? 2 : 4;
 }
 
-// K1's widest chunk for kM token tiles: the hidden chunk [16 kM, chunk] stays under 48 KB.
-int max_chunk(int kM) { return kMaxChunk / kM; }
-
-// K1's cut of D: about kBlocksPerSm blocks on every SM (chunks of whole K-blocks, the last step of
-// a chunk may be partial), at least kMinChunk and at most max_chunk(kM) columns.
+// K1's cut of D: about blocks_per_sm blocks on every SM (chunks of whole K-blocks, the last step
+// of a chunk may be partial), at least kMinChunk and at most max_chunk(T) columns.
 struct StageAPlan {
   int rows_ld, row_groups, chunk, chunks;
 };
 
-StageAPlan stage_a_plan(int64_t model_dim, int64_t rows, int sm_count, int kM) {
+StageAPlan stage_a_plan(int64_t model_dim, int64_t rows, int sm_count, int tokens,
+                        int blocks_per_sm) {
   StageAPlan s;
   const int64_t tiles = ceil_div<int64_t>(rows, kTileRows);
   s.rows_ld = static_cast<int>(tiles * kTileRows);
   s.row_groups = static_cast<int>(ceil_div<int64_t>(tiles, kWarps));
   const int64_t max_chunks = ceil_div<int64_t>(model_dim, kMinChunk);
-  const int64_t wanted = ceil_div<int64_t>(int64_t{kBlocksPerSm} * sm_count, s.row_groups);
+  const int64_t wanted = ceil_div<int64_t>(int64_t{blocks_per_sm} * sm_count, s.row_groups);
   const int64_t chunks = std::clamp<int64_t>(wanted, 1, max_chunks);
   s.chunk = static_cast<int>(std::min<int64_t>(
-      round_up<int64_t>(ceil_div<int64_t>(model_dim, chunks), kKBlock), max_chunk(kM)));
+      round_up<int64_t>(ceil_div<int64_t>(model_dim, chunks), kKBlock), max_chunk(tokens)));
   s.chunks = static_cast<int>(ceil_div<int64_t>(model_dim, s.chunk));
   return s;
 }
@@ -720,7 +776,9 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.b_rows = static_cast<int>(p.kv_b_rows());
   k.q_rows = runs_first(p) ? q_rows_run(p, a) : 0;
   k.a_rows = k.q_rows + k.kv_rank + k.rope_dim;
-  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, kM);
+  const StageAPlan plan =
+      stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.tokens,
+                   runs_second(p) ? kStageABlocksBeforeB : kBlocksPerSm);
   k.rows_ld = plan.rows_ld;
   k.chunk = plan.chunk;
   k.chunks = plan.chunks;
@@ -758,6 +816,27 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.k_pe_stride_seq = a.k_pe_stride_seq;
   k.kv_b = a.kv_b_weight;
   k.kv_b_ld = a.kv_b_weight_stride_row;
+  // K3's sources as whole 16-byte vectors (cp.async): stage A's workspace rows always (R % 8 == 0,
+  // 256-byte regions); the caller's latent / k_pe or cache rows where base and strides allow.
+  const int64_t eb = element_size(p.dtype);
+  auto vector_rows_ok = [&](const void* base, int64_t width, int64_t s_batch, int64_t s_seq) {
+    return is_aligned(base, 16) && (width * eb) % 16 == 0 &&
+           (p.seq <= 1 || (s_seq * eb) % 16 == 0) && (p.batch <= 1 || (s_batch * eb) % 16 == 0);
+  };
+  if (k.from_stage_a) {
+    k.c_vectors = true;
+    k.pe_vectors = (p.rope_dim * eb) % 16 == 0;
+  } else if (a.latent != nullptr) {
+    k.c_vectors = vector_rows_ok(a.latent, p.kv_rank, a.latent_stride_batch, a.latent_stride_seq);
+    k.pe_vectors = vector_rows_ok(a.k_pe, p.rope_dim, a.k_pe_stride_batch, a.k_pe_stride_seq);
+  } else {
+    // Rows at any slot: the cache's row stride stands for both strides.
+    const bool rows_ok = vector_rows_ok(k.e.cache.rows, p.kv_rank, k.e.cache.stride,
+                                        k.e.cache.stride) &&
+                         (k.e.cache.stride * eb) % 16 == 0;
+    k.c_vectors = rows_ok;
+    k.pe_vectors = rows_ok && (p.rope_dim * eb) % 16 == 0;
+  }
   k.k = {a.k, a.k_stride_batch, a.k_stride_seq, a.k_stride_head};
   k.v = a.v;
   k.v_stride_batch = a.v_stride_batch;
@@ -843,7 +922,7 @@ Status mla_cuda_decode_takes(const MlaProblem& p, const MlaArgs& a) {
     return refuse("problem.model_dim, q_rank + kv_rank + rope_dim or heads * (nope_dim + "
                   "v_dim) exceeds its int32 indexing");
   }
-  const int64_t widest = max_chunk(m_tiles(p.tokens()));
+  const int64_t widest = max_chunk(static_cast<int>(std::max<int64_t>(p.tokens(), 1)));
   if (runs_first(p) && p.model_dim > kMaxGridY * widest) {
     return refuse("problem.model_dim = " + std::to_string(p.model_dim) + " exceeds " +
                   std::to_string(kMaxGridY * widest) + " (stage A's grid holds at most " +

@@ -22,10 +22,10 @@ timeout 45 $T --gtest_filter='*GpuFusedCluster*:*GpuPresets*:*GpuGraphs*:*GpuLay
 echo "tests rc=$?"
 timeout 60 $T --gtest_filter='*GpuShapes*' > "$OUT/shapes.log" 2>&1
 echo "shapes rc=$?"
-timeout 25 compute-sanitizer --tool memcheck $T --gtest_filter=GpuFusedCluster.SmallEdges \
+timeout 90 compute-sanitizer --tool memcheck $T --gtest_filter=GpuFusedCluster.SmallEdges \
   > "$OUT/memcheck.log" 2>&1
 echo "memcheck rc=$?"
-timeout 25 compute-sanitizer --tool racecheck $T --gtest_filter=GpuFusedCluster.SmallEdges \
+timeout 90 compute-sanitizer --tool racecheck $T --gtest_filter=GpuFusedCluster.SmallEdges \
   > "$OUT/racecheck.log" 2>&1
 echo "racecheck rc=$?"
 echo "---- summary"

@@ -8,20 +8,26 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-"build test bench sanitize profile"}
+STEPS=${STEPS:-"build ab test bench sanitize profile"}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 start=$(date +%s)
 t() { echo "[$(( $(date +%s) - start )) s] $*"; }
 B=b
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader
 date -u
+gen=""; command -v ninja >/dev/null && gen="-G Ninja"
 if want build; then
-  gen=""; command -v ninja >/dev/null && gen="-G Ninja"
   cmake -S . -B $B $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
     > "$OUT/build.log" 2>&1 &&
     cmake --build $B -j "$(nproc)" --target latentkv_test_gpu latentkv-bench >> "$OUT/build.log" 2>&1
   rc=$?; t "build rc=$rc"; grep -iE "spill|local memory" "$OUT/build.log" | sort -u | head -5
   [ $rc -ne 0 ] && { grep -E "error" "$OUT/build.log" | head -20; exit 1; }
+fi
+if want ab; then  # K1 at two blocks per SM before K3 (the earlier plan), built beside
+  cmake -S . -B b2 $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+    -DCMAKE_CUDA_FLAGS=-DLATENTKV_MLA_DECODE_BLOCKS_BEFORE_B=2 > "$OUT/build_ab.log" 2>&1 &&
+    cmake --build b2 -j 8 --target latentkv-bench >> "$OUT/build_ab.log" 2>&1 &
+  ab_pid=$!
 fi
 TEST=$(find $B -name latentkv_test_gpu -type f -perm -u+x | head -1)
 BENCH=$B/bench/latentkv-bench
@@ -54,7 +60,20 @@ if want bench; then
     done
   } > "$OUT/bench.txt" 2>&1
   t "bench rc=$?"
-  rows < "$OUT/bench.txt" | awk '{print $1, $2, $4, $5, $6, $9}' | sed 's/  */ /g'
+  rows < "$OUT/bench.txt" | awk '{print $1, $2, $3, $5, $6}'
+fi
+if want ab; then
+  wait $ab_pid; t "ab build rc=$?"
+  for round in 1 2; do
+    for bin in $BENCH b2/bench/latentkv-bench; do
+      q="--iters 60 --seconds 0.4 --quiet --strategy cuda-mla-decode"
+      for args in "--preset deepseek-v3-mla --q-rank 0 --tokens 1,16,64" \
+                  "--preset deepseek-v2-lite-mla --tokens 1,16,64" "--preset deepseek-v3-mla --tokens 1"; do
+        $bin $args $q 2>&1 | rows | awk -v b="${bin%%/*}" '{print b, $1, $2, $5}'
+      done
+    done
+  done > "$OUT/ab.txt"
+  t "ab (build, case, us):"; sort -k2,3 -s "$OUT/ab.txt" | tr '\n' ';'; echo
 fi
 if want sanitize; then
   f="${SANITIZE_FILTER:-*MlaDecode*dec_tiles_T17*bfloat16_both*paged*:*MlaDecode*dec_tiles_T64*float16_both*dense*:*MlaDecode*dec_tiles_T48*bfloat16_second*paged*:*MlaDecode*dec_16_rope2*float16_both*:*MlaDecode*dec_one_token_B1*bfloat16_second*:*MlaDecode*deepseek_v2_lite_mla_T64*}"

@@ -86,7 +86,11 @@ constexpr int kMaxRopeDim = kThreads;  // K2's k_pe slice is one block
 constexpr int kBlocksPerSm = 2;    // K1's and K3's target (launch bounds allow two)
 // K1's target with stage B behind it: one block per SM leaves room for a K3 block beside it
 // (104 + 112 registers x 256 threads of 64K), which issues its first kv_b tiles while K1 runs.
-constexpr int kStageABlocksBeforeB = 1;
+// dev/mla_decode_run.sh builds a second tree with it set to 2 for the A/B.
+#ifndef LATENTKV_MLA_DECODE_BLOCKS_BEFORE_B
+#define LATENTKV_MLA_DECODE_BLOCKS_BEFORE_B 1
+#endif
+constexpr int kStageABlocksBeforeB = LATENTKV_MLA_DECODE_BLOCKS_BEFORE_B;
 // Shared-memory rows padded to 64 bytes past a 128-byte multiple: the 8 rows an A fragment load
 // reads at one offset fall in different banks.
 constexpr int kRowPad = 32;  // elements (16-bit)

@@ -88,7 +88,6 @@ inline bool fused_use_cluster(int64_t stream_blocks, int sm_count) {
 // weights' re-reads grow), and cp.async loads beat bulk copies there (8.45 against 8.62 us at
 // T=733, 25.4 against 28.3 at T=6144).
 inline int fused_cluster_blocks(int64_t /*tokens*/) { return 2; }
-constexpr bool kFusedClusterBulkCopies = false;
 // ... and tokens per cluster: the fewest (a multiple of 4) that keep the clusters within one block
 // per SM, so the latency-bound small calls spread over every SM with the least work per block; at
 // most kFusedClusterMaxTokens, where many tokens amortize each block's weight slice.

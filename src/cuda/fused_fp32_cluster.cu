@@ -4,8 +4,7 @@
 // w_down, a reduction, the up weights, a second reduction), each block reading the whole weights;
 // here a block reads 1/C of them, in one round trip:
 //   block b of a cluster: the hidden tile's columns and w_down's rows of D chunk b (cp.async group
-//                         0, or bulk copies on mbarrier 0) and [w_up_k | w_up_v]'s column chunk b
-//                         (group 1 / mbarrier 1),
+//                         0) and [w_up_k | w_up_v]'s column chunk b (group 1),
 //   down:  partial_b[t][r] = sum_{d in chunk b} hidden[t][d] * w_down[d][r]   (while chunk b of
 //          the up weights lands)
 //   cluster barrier; every block sums the C partials through distributed shared memory (the same
@@ -13,8 +12,9 @@
 //   up:    out[t][j] = sum_r latent[t][r] * w_up[r][j] for j in column chunk b.
 // FFMA with float32 accumulation (error ~1e-7 against float64). 16-byte aligned rows only; the
 // other configurations in fused_fp32.cu take everything else. cuda-fused launches it past the
-// streaming grid's second wave (heuristics.h) with cp.async loads; the bulk-copy path is kept for
-// dev/fused_cluster_probe.cu (slower on the 128-256-byte rows here, docs/experiments.md).
+// streaming grid's second wave (heuristics.h). Loads are cp.async, 16 bytes per thread and copy:
+// bulk copies (cp.async.bulk on mbarriers) measured slower on these 128-256-byte rows
+// (docs/experiments.md).
 #include "cuda/fused_fp32_cluster.h"
 
 #include <cuda_runtime.h>
@@ -53,12 +53,11 @@ struct ClusterParams : FusedParamsBase {
 template <typename I>
 struct ClusterPlan {
   I hidden_ld, latent_ld;
-  I barriers, hidden, w_down, w_up, partial, latent, reduce, total;
+  I hidden, w_down, w_up, partial, latent, reduce, total;
   __host__ __device__ ClusterPlan(I tile_tokens, I d_chunk, I rank, I col_chunk) {
     hidden_ld = d_chunk + kRowPad;
     latent_ld = rank + kRowPad;
-    barriers = 0;                                   // 2 mbarriers (bulk copies), 16 bytes
-    hidden = barriers + 4;                          // [tile_tokens][hidden_ld]
+    hidden = 0;                                     // [tile_tokens][hidden_ld]
     w_down = hidden + tile_tokens * hidden_ld;      // [d_chunk][R]
     w_up = w_down + d_chunk * rank;                 // [R][col_chunk]
     partial = w_up + rank * col_chunk;              // [tile_tokens][R]: this block's D chunk
@@ -95,17 +94,6 @@ __device__ __forceinline__ void cluster_arrive() {
 __device__ __forceinline__ void cluster_wait() {
 #if LATENTKV_SM90
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-// One contiguous run of global memory into this block's shared memory (both 16-byte aligned,
-// bytes a multiple of 16), completing on `bar`.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes,
-                                          uint64_t* bar) {
-#if LATENTKV_SM90
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-      ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(shared_address(bar))
-      : "memory");
 #endif
 }
 // 16 bytes of block `rank`'s shared memory at the address `local` has in this block.
@@ -200,9 +188,7 @@ __device__ __forceinline__ void tile_gemm(const float* A, int lda, const float* 
   }
 }
 
-// Loads: kBulk, bulk copies (the copy engine, one per row piece, completing on two mbarriers);
-// else cp.async, 16 bytes per thread and copy (two commit groups).
-template <bool kBulk>
+// Loads: cp.async, 16 bytes per thread and copy, in two commit groups.
 __global__ void __launch_bounds__(kThreads)
     kv_proj_fused_cluster_sm90(const __grid_constant__ ClusterParams p) {
 #if LATENTKV_SM90
@@ -226,53 +212,7 @@ __global__ void __launch_bounds__(kThreads)
   const int c0 = static_cast<int>(me) * p.col_chunk;
   const int c_live = max(0, min(p.col_chunk, 2 * N - c0));
 
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + plan.barriers);
-  if constexpr (kBulk) {
-    // Copies: the live hidden rows' D chunk, w_down's rows of it (one run when packed), and per
-    // row of R the K and V pieces of this block's columns (N % 4 == 0: pieces of whole quads).
-    const bool packed_down = p.w_down_stride == R;
-    const int n_hidden = d_live > 0 ? live : 0;
-    const int n_down = d_live == 0 ? 0 : packed_down ? 1 : d_live;
-    const int k_cols = max(0, min(c0 + c_live, N) - c0);  // this block's columns of K
-    const int v_cols = c_live - k_cols;
-    const int pieces = (k_cols > 0) + (v_cols > 0);
-    if (tid == 0) {
-      init_barrier(&bars[0]);
-      init_barrier(&bars[1]);
-      publish_barrier_init();
-      expect_bytes(&bars[0], static_cast<uint32_t>(4 * d_live * (n_hidden + R)));
-      expect_bytes(&bars[1], static_cast<uint32_t>(4 * R * c_live));
-    }
-    for (int i = tid; i < (rows - live) * (d_live / 4); i += kThreads) {  // padding rows: zeros
-      const int t = live + i / (d_live / 4), q = i % (d_live / 4);
-      *reinterpret_cast<float4*>(hidden_s + t * plan.hidden_ld + 4 * q) =
-          make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    __syncthreads();  // barriers initialized and armed before any copy completes on them
-    const int total = n_hidden + n_down + R * pieces;
-    for (int i = tid; i < total; i += kThreads) {
-      if (i < n_hidden) {
-        bulk_copy(hidden_s + i * plan.hidden_ld,
-                  p.hidden + token_offset(token0 + i, p.seq, p.hidden_stride_batch,
-                                          p.hidden_stride_seq) + d0,
-                  4 * d_live, &bars[0]);
-      } else if (i < n_hidden + n_down) {
-        const int k = i - n_hidden;
-        bulk_copy(w_down_s + k * R, p.w_down + (d0 + k) * p.w_down_stride,
-                  4 * (packed_down ? d_live * R : R), &bars[0]);
-      } else {
-        const int j = i - n_hidden - n_down, k = j / pieces;
-        if (j % pieces == 0 && k_cols > 0) {
-          bulk_copy(w_up_s + k * p.col_chunk, p.w_up_k + k * p.w_up_k_stride + c0, 4 * k_cols,
-                    &bars[1]);
-        } else {
-          bulk_copy(w_up_s + k * p.col_chunk + k_cols,
-                    p.w_up_v + k * p.w_up_v_stride + (c0 + k_cols - N), 4 * v_cols, &bars[1]);
-        }
-      }
-    }
-    wait_barrier(&bars[0], 0);
-  } else {
+  {
     // Group 0: the hidden tile's D chunk and w_down's rows of it.
     const int quads = d_live / 4;
     for (int i = tid; i < rows * quads; i += kThreads) {
@@ -305,11 +245,7 @@ __global__ void __launch_bounds__(kThreads)
 
   tile_gemm(hidden_s, plan.hidden_ld, w_down_s, R, rows, R, d_live, reduce_s,
             [&](int t, int c, float4 v) { *reinterpret_cast<float4*>(partial_s + t * R + c) = v; });
-  if constexpr (kBulk) {
-    wait_barrier(&bars[1], 0);
-  } else {
-    wait_copies<0>();
-  }
+  wait_copies<0>();
   // Every block's partial (and this block's up weights) complete and visible cluster-wide.
   cluster_arrive();
   cluster_wait();
@@ -357,13 +293,7 @@ __global__ void __launch_bounds__(kThreads)
 
 struct ClusterKernels {
   static Status setup(const DeviceFacts& f) {
-    Status s = allow_max_smem<true>(f);
-    if (s.ok()) s = allow_max_smem<false>(f);
-    return s;
-  }
-  template <bool kBulk>
-  static Status allow_max_smem(const DeviceFacts& f) {
-    return cuda_status(cudaFuncSetAttribute(kv_proj_fused_cluster_sm90<kBulk>,
+    return cuda_status(cudaFuncSetAttribute(kv_proj_fused_cluster_sm90,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(f.smem_optin)),
                        "cudaFuncSetAttribute(kv_proj_fused_cluster_sm90, "
@@ -386,7 +316,7 @@ bool rows16(const void* ptr, int64_t stride) { return is_aligned(ptr, 16) && str
 }  // namespace
 
 bool fused_cluster_takes(const Problem& p, const Args& a, const DeviceFacts& f) {
-  if (f.major < 9 || compiled_arch<kv_proj_fused_cluster_sm90<true>>() < 90) return false;
+  if (f.major < 9 || compiled_arch<kv_proj_fused_cluster_sm90>() < 90) return false;
   if (p.model_dim % 4 != 0 || p.rank % 4 != 0 || p.kv_width() % 4 != 0) return false;
   if (!rows16(a.hidden, a.hidden_stride_seq) || a.hidden_stride_batch % 4 != 0 ||
       !rows16(a.w_down, a.w_down_stride_row) || !rows16(a.w_up_k, a.w_up_k_stride_row) ||
@@ -399,12 +329,11 @@ bool fused_cluster_takes(const Problem& p, const Args& a, const DeviceFacts& f) 
 }
 
 Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& f, Stream stream) {
-  return run_fused_cluster(p, a, f, stream, fused_cluster_blocks(p.tokens()),
-                           kFusedClusterBulkCopies);
+  return run_fused_cluster(p, a, f, stream, fused_cluster_blocks(p.tokens()));
 }
 
 Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& facts,
-                         Stream stream, int blocks, bool bulk) {
+                         Stream stream, int blocks) {
   if (blocks < 1 || blocks > kMaxBlocks) {
     return {StatusCode::kInvalidArgument, "cuda-fused cluster size blocks = " +
                                               std::to_string(blocks) + " is outside 1.." +
@@ -435,10 +364,8 @@ Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& fac
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  const cudaError_t err =
-      bulk ? cudaLaunchKernelEx(&config, kv_proj_fused_cluster_sm90<true>, k)
-           : cudaLaunchKernelEx(&config, kv_proj_fused_cluster_sm90<false>, k);
-  return cuda_status(err, "kv_proj_fused_cluster_sm90 launch");
+  return cuda_status(cudaLaunchKernelEx(&config, kv_proj_fused_cluster_sm90, k),
+                     "kv_proj_fused_cluster_sm90 launch");
 }
 
 }  // namespace latentkv::detail

@@ -30,9 +30,9 @@ bool fused_cluster_takes(const Problem& p, const Args& a, const DeviceFacts& f);
 
 // Launches it (fused_cluster_takes must have said yes) with heuristics.h's cluster size.
 Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& f, Stream stream);
-// The same with the cluster size (2..kFusedClusterMaxBlocks, shared memory checked by the caller)
-// and the load path chosen: bulk copies, else cp.async (dev/fused_cluster_probe.cu compares them).
+// The same with the cluster size chosen (1..kFusedClusterMaxBlocks, shared memory checked by the
+// caller; dev/fused_cluster_probe.cu compares them).
 Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& f, Stream stream,
-                         int blocks, bool bulk);
+                         int blocks);
 
 }  // namespace latentkv::detail

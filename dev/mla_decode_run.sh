@@ -3,12 +3,14 @@
 # decode tests (every T edge), compute-sanitizer memcheck + racecheck on a few of them, then
 # cuda-mla-decode against cuda-mla-gemm at T = 1, 16, 32, 64 (whole path, first stage, second
 # stage) for V3 (no q_a), V3 q_a + kv and V2-Lite, and a per-kernel timeline (nsys) or ncu reading
-# of V3 T = 1. Logs in $OUT; a short summary on stdout. STEPS picks steps (default: all).
+# of V3 T = 1; step ab times cuda-mla-decode against a second build with AB_FLAGS (the variant a
+# -D selects) in alternating rounds. Logs in $OUT; a short summary on stdout. STEPS picks steps
+# (default: all but ab).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-"build ab test bench sanitize profile"}
+STEPS=${STEPS:-"build test bench sanitize profile"}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 start=$(date +%s)
 t() { echo "[$(( $(date +%s) - start )) s] $*"; }
@@ -23,9 +25,9 @@ if want build; then
   rc=$?; t "build rc=$rc"; grep -iE "spill|local memory" "$OUT/build.log" | sort -u | head -5
   [ $rc -ne 0 ] && { grep -E "error" "$OUT/build.log" | head -20; exit 1; }
 fi
-if want ab; then  # K1 at two blocks per SM before K3 (the earlier plan), built beside
+if want ab; then  # a second build with extra CUDA flags (AB_FLAGS: -D of a variant under test)
   cmake -S . -B b2 $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-    -DCMAKE_CUDA_FLAGS=-DLATENTKV_MLA_DECODE_BLOCKS_BEFORE_B=2 > "$OUT/build_ab.log" 2>&1 &&
+    "-DCMAKE_CUDA_FLAGS=${AB_FLAGS:?ab needs AB_FLAGS}" > "$OUT/build_ab.log" 2>&1 &&
     cmake --build b2 -j 8 --target latentkv-bench >> "$OUT/build_ab.log" 2>&1 &
   ab_pid=$!
 fi

@@ -40,13 +40,24 @@ constexpr int64_t kDecodeTcMaxTokens = 8;
 
 // ---- cuda-mla-decode against cuda-mla-gemm (the MLA path) ----
 // Few tokens make both stages weight streams, which the decode kernels spread over every SM in
-// three chained launches where cuBLAS runs GEMV shapes on a fraction of them; 16 is also the most
-// its one MMA tile holds.
+// three chained launches where cuBLAS runs GEMV shapes on a fraction of them. The kernels take up
+// to 64 tokens, but past 16 their stage B re-reads c from shared memory per 8-row tile and loses:
+// V3 (no q_a) whole path T=16 26.1 against 26.0 us, T=32 34.0 against 27.0, T=64 56 against 29;
+// V2-Lite wins to T=32 (15.7 against 17.4) and loses at 64 (28 against 18).
 constexpr int64_t kMlaDecodeMaxTokens = 16;
 inline bool cuda_mla_decode_preferred(const MlaProblem& p) {
   return p.tokens() <= kMlaDecodeMaxTokens;
 }
 inline bool cuda_mla_gemm_preferred(const MlaProblem& p) { return !cuda_mla_decode_preferred(p); }
+// cuda-mla-decode's stage A plans one block per SM (room for a stage-B block beside it, whose kv_b
+// stream starts during stage A) when its weights are at most this fraction of kv_b's, else two:
+// V3 kv (8.3 of 33.5 MB) ran 0.6-1.3 us faster at T=1..16 with one, V3 q_a + kv (30 MB) 1.4 us
+// slower (its own stream wants both blocks' loads in flight).
+constexpr double kMlaDecodeOverlapMaxWeightRatio = 0.5;
+inline bool mla_decode_overlap_stage_b(int64_t stage_a_weight_bytes, int64_t kv_b_bytes) {
+  return static_cast<double>(stage_a_weight_bytes) <=
+         kMlaDecodeOverlapMaxWeightRatio * static_cast<double>(kv_b_bytes);
+}
 
 // ---- launchers' variants ----
 // cuda-fused stages the weights in shared memory (resident configuration) once there are this

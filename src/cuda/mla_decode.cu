@@ -52,6 +52,7 @@
 #include "cuda/mla_rope.h"
 #include "cuda/ptx.h"
 #include "cuda/tile_sizes.h"
+#include "heuristics.h"
 #include "validation.h"
 
 namespace latentkv::detail {
@@ -84,13 +85,10 @@ constexpr int kMaxRank = 1024;     // c [16, R + pad] in shared memory beside k_
 constexpr int kSlice = kThreads;   // K2: one row per thread
 constexpr int kMaxRopeDim = kThreads;  // K2's k_pe slice is one block
 constexpr int kBlocksPerSm = 2;    // K1's and K3's target (launch bounds allow two)
-// K1's target with stage B behind it: one block per SM leaves room for a K3 block beside it
-// (104 + 112 registers x 256 threads of 64K), which issues its first kv_b tiles while K1 runs.
-// dev/mla_decode_run.sh builds a second tree with it set to 2 for the A/B.
-#ifndef LATENTKV_MLA_DECODE_BLOCKS_BEFORE_B
-#define LATENTKV_MLA_DECODE_BLOCKS_BEFORE_B 1
-#endif
-constexpr int kStageABlocksBeforeB = LATENTKV_MLA_DECODE_BLOCKS_BEFORE_B;
+// K1's target with stage B behind it and small stage-A weights (heuristics.h): one block per SM
+// leaves room for a K3 block beside it (104 + 112 registers x 256 threads of 64K), which issues
+// its first kv_b tiles while K1 runs.
+constexpr int kStageABlocksBeforeB = 1;
 // Shared-memory rows padded to 64 bytes past a 128-byte multiple: the 8 rows an A fragment load
 // reads at one offset fall in different banks.
 constexpr int kRowPad = 32;  // elements (16-bit)
@@ -780,9 +778,12 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.b_rows = static_cast<int>(p.kv_b_rows());
   k.q_rows = runs_first(p) ? q_rows_run(p, a) : 0;
   k.a_rows = k.q_rows + k.kv_rank + k.rope_dim;
-  const StageAPlan plan =
-      stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.tokens,
-                   runs_second(p) ? kStageABlocksBeforeB : kBlocksPerSm);
+  const int64_t eb = element_size(p.dtype);
+  const bool overlap = runs_second(p) && mla_decode_overlap_stage_b(
+                                             int64_t{k.a_rows} * p.model_dim * eb,
+                                             p.kv_b_rows() * p.kv_rank * eb);
+  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.tokens,
+                                       overlap ? kStageABlocksBeforeB : kBlocksPerSm);
   k.rows_ld = plan.rows_ld;
   k.chunk = plan.chunk;
   k.chunks = plan.chunks;
@@ -822,7 +823,6 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.kv_b_ld = a.kv_b_weight_stride_row;
   // K3's sources as whole 16-byte vectors (cp.async): stage A's workspace rows always (R % 8 == 0,
   // 256-byte regions); the caller's latent / k_pe or cache rows where base and strides allow.
-  const int64_t eb = element_size(p.dtype);
   auto vector_rows_ok = [&](const void* base, int64_t width, int64_t s_batch, int64_t s_seq) {
     return is_aligned(base, 16) && (width * eb) % 16 == 0 &&
            (p.seq <= 1 || (s_seq * eb) % 16 == 0) && (p.batch <= 1 || (s_batch * eb) % 16 == 0);

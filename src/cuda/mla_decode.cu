@@ -742,9 +742,13 @@ int64_t stage_b_smem(const MlaProblem& p, int64_t eb) {
   return eb * p.tokens() * (smem_ld(static_cast<int>(p.kv_rank)) + p.rope_dim);
 }
 
+// K3's static shared memory (the per-token source pointers), which the opt-in limit includes.
+constexpr int64_t kStageBStaticSmem = 2 * kMaxTokens * sizeof(const void*);
+
 template <typename T, int kM>
 cudaError_t opt_in_stage_b(size_t device_limit) {
-  const size_t bytes = std::min<size_t>(device_limit, stage_b_max_smem<T, kM>());
+  const size_t bytes =
+      std::min<size_t>(device_limit - kStageBStaticSmem, stage_b_max_smem<T, kM>());
   return cudaFuncSetAttribute(mla_decode_stage_b<T, kM>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(bytes));
@@ -983,7 +987,8 @@ Status mla_cuda_decode_takes(const MlaProblem& p, const MlaArgs& a) {
     const DeviceFacts* facts = nullptr;
     LATENTKV_RETURN_IF_ERROR(current_device_facts(&facts));
     const int64_t smem = stage_b_smem(p, eb);
-    if (smem > 48 * 1024 && smem > static_cast<int64_t>(facts->smem_optin)) {
+    if (smem > 48 * 1024 &&
+        smem + kStageBStaticSmem > static_cast<int64_t>(facts->smem_optin)) {
       return refuse("problem.batch * seq (tokens) = " + std::to_string(p.tokens()) +
                     " with kv_rank = " + std::to_string(p.kv_rank) + " needs " +
                     std::to_string(smem) + " bytes of shared memory for stage B; the device "

@@ -58,7 +58,8 @@ if want bench; then
       $BENCH --preset deepseek-v3-mla --q-rank 0 --tokens 1,16,64 --stage first $q
       $BENCH --preset deepseek-v3-mla --tokens 1,16 --stage first $q
       $BENCH --preset deepseek-v2-lite-mla --tokens 1,16,64 --stage first $q
-      $BENCH --preset deepseek-v3-mla --q-rank 0 --tokens 1,64 --stage second $q
+      $BENCH --preset deepseek-v3-mla --q-rank 0 --tokens 1,16,32,64 --stage second $q
+      $BENCH --preset deepseek-v2-lite-mla --tokens 16,32,64 --stage second $q
     done
   } > "$OUT/bench.txt" 2>&1
   t "bench rc=$?"
@@ -78,7 +79,7 @@ if want ab; then
   t "ab (build, case, us):"; sort -k2,3 -s "$OUT/ab.txt" | tr '\n' ';'; echo
 fi
 if want sanitize; then
-  f="${SANITIZE_FILTER:-*MlaDecode*dec_tiles_T17*bfloat16_both*paged*:*MlaDecode*dec_tiles_T64*float16_both*dense*:*MlaDecode*dec_tiles_T48*bfloat16_second*paged*:*MlaDecode*dec_16_rope2*float16_both*:*MlaDecode*dec_one_token_B1*bfloat16_second*:*MlaDecode*deepseek_v2_lite_mla_T64*}"
+  f="${SANITIZE_FILTER:-*MlaDecode*dec_tiles_T17*bfloat16_both*paged*:*MlaDecode*dec_tiles_T64*float16_both*dense*:*MlaDecode*dec_tiles_T48*bfloat16_second*paged*:*MlaDecode*dec_16_rope2*float16_both*:*MlaDecode*dec_one_token_B1*bfloat16_second*:*MlaDecode*deepseek_v2_lite_mla_T64*:*MlaDecode*dec_wide_T17*bfloat16_second*}"
   for tool in memcheck racecheck; do
     timeout 60 compute-sanitizer --tool $tool --error-exitcode 17 "$TEST" --gtest_brief=0 \
       --gtest_filter="$f" > "$OUT/sanitize_$tool.log" 2>&1 &

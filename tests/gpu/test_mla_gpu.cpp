@@ -710,9 +710,9 @@ std::vector<MlaCase> decode_cases() {
   }
   // Stage B's 16-row warp tiles (mla_decode_stage_b_n8_tiles: where they give every SM a block of
   // 8 warps, >= 16896 rows on 132 SMs; a device with more SMs runs this shape at 8 rows): 69 heads
-  // of 128 + 120 rows (17112: the last warp tile half full) and R = 200 (both weight buffers, a
-  // partial last step and K-block), at two and four token tiles.
-  MlaProblem wide = mla_shape(64, 0, 200, 64, 69, 128, 120);
+  // of 128 + 120 rows (17112: the last warp tile half full) and R = 520 (a partial K-block), at
+  // two and four token tiles.
+  MlaProblem wide = mla_shape(64, 0, 520, 64, 69, 128, 120);
   for (int64_t tokens : {kTile + 1, kMaxTokens}) {
     wide.seq = tokens;
     for (DType dt : kHalfTypes) {

@@ -60,16 +60,6 @@ inline bool mla_decode_overlap_stage_b(int64_t stage_a_weight_bytes, int64_t kv_
 }
 
 // ---- launchers' variants ----
-// cuda-mla-decode's stage B past 16 tokens: warp tiles of kMlaDecodeWideN8Tiles n8 tiles (16 kv_b
-// rows, half the shared-memory reads of c per weight byte) where those still give every SM a
-// block of warps (V3's 32768 rows: 2048 tiles), else 8 rows (V2-Lite's 4096 rows would fill 32
-// SMs at 16 and 64 at 8; the MMAs, not the bytes, then bound each SM).
-inline int mla_decode_stage_b_n8_tiles(int64_t b_rows, int warps_per_block, int sm_count) {
-  constexpr int64_t rows = 8 * tiles::kMlaDecodeWideN8Tiles;
-  return (b_rows + rows - 1) / rows >= int64_t{warps_per_block} * sm_count
-             ? tiles::kMlaDecodeWideN8Tiles
-             : 1;
-}
 // cuda-fused stages the weights in shared memory (resident configuration) once there are this
 // many 16-token tiles per SM: each SM then reads them once instead of once per tile.
 constexpr int kFusedResidentMinTilesPerSm = 2;

@@ -12,10 +12,9 @@
 //                              8) x one chunk of D (chunks so that ~2 blocks per SM; 1 where K3
 //                              follows and stage A's weights are small, so a K3 block fits
 //                              beside it; steps of 256 columns, 8 loads in flight per thread,
-//                              double-buffered; 128 and 4 with four token tiles); the hidden
-//                              chunk [T, chunk] staged in shared memory (chunks narrow as T
-//                              grows: under 48 KB); partial dot products to the workspace
-//                              [chunk][T][rows] float32.
+//                              double-buffered; 128 and 4 with four token tiles); the hidden chunk [T, chunk] staged in
+//                              shared memory (chunks narrow as T grows: under 48 KB); partial dot
+//                              products to the workspace [chunk][T][rows] float32.
 //   K2 mla_decode_stage_a_epilogue  block = (slice of 256 rows, token): sums its rows over the
 //                              chunks (fixed order), then per norm group (q_a, c) the block that
 //                              finishes last (an arrival counter per token and group, zeroed by
@@ -31,12 +30,7 @@
 //                              cp.async where the rows are whole vectors (opted in past 48 KB
 //                              from 17 tokens), K[t, h, :dn] and V[t, h, :] are written straight
 //                              from the accumulators (rounded once) and K's k_pe columns from
-//                              k_pe. From 17 tokens mla_decode_stage_b_wide instead: warp tiles
-//                              of 16 rows (two n8 MMA tiles sharing each A fragment read from
-//                              shared memory: half the reads of c per weight byte) where those
-//                              still give every SM a block, else 8; weights double-buffered in
-//                              registers (a step's loads issued before the step before it is
-//                              multiplied), the warp's first tile prefetched into L2 whole.
+//                              k_pe.
 // kFirst runs K1 + K2; kSecond runs K3 alone, gathering c and k_pe from args.latent/args.k_pe or
 // the cache by slot (a skipped slot gives zero rows of K and V); kBoth runs all three. Results are
 // deterministic (every sum in a fixed order).
@@ -83,8 +77,7 @@ constexpr int kStageAStep = kStageALoads<kM> * kKBlock;
 constexpr int kHiddenSmemBytes = 48 * 1024;
 constexpr int kMaxChunk = 2048;
 constexpr int kMinChunk = 256;   // smaller chunks cost more in partials than they spread (V2-Lite)
-// K-blocks of stage B held at once at one token tile: 512 columns of kv_b (more token tiles run
-// mla_decode_stage_b_wide, with its own steps).
+// K-blocks of stage B held at once: 512 columns of kv_b (256 with four token tiles: registers).
 template <int kM>
 constexpr int kStageBLoads = kM == 4 ? 8 : 16;
 template <int kM>
@@ -160,7 +153,6 @@ struct DecodeParams {
   MlaKRef k;             // [B, S, H, dn + dr]
   void* v;               // [B, S, H, dv]
   int64_t v_stride_batch, v_stride_seq, v_stride_head;
-  int b_n8;              // K3 with more than one token tile: n8 tiles per warp tile (1 or 2)
 };
 
 template <typename T>
@@ -555,22 +547,6 @@ __device__ __forceinline__ void store_kv(const DecodeParams& p, int t, int n, fl
   }
 }
 
-// An n8 tile's outputs (rows n0 + 2q, n0 + 2q + 1) for the kM token tiles' tokens 16m + g and
-// 16m + g + 8.
-template <typename T, int kM, int kC>
-__device__ __forceinline__ void store_tile(const DecodeParams& p, const Acc<kM, kC>& acc, int n0,
-                                           int g, int q) {
-  const int n = n0 + 2 * q;
-#pragma unroll
-  for (int m = 0; m < kM; ++m) {
-    const int t0 = m * kMTile + g, t1 = t0 + 8;
-    store_kv<T>(p, t0, n, acc.value(m, 0));
-    store_kv<T>(p, t0, n + 1, acc.value(m, 1));
-    store_kv<T>(p, t1, n, acc.value(m, 2));
-    store_kv<T>(p, t1, n + 1, acc.value(m, 3));
-  }
-}
-
 // The kv_b rows of `tile` into L2, a warp's 8 rows of 128-byte lines spread over its lanes.
 template <typename T>
 __device__ __forceinline__ void prefetch_tile(const DecodeParams& p, const T* kv_b, int tile,
@@ -585,34 +561,9 @@ __device__ __forceinline__ void prefetch_tile(const DecodeParams& p, const T* kv
   }
 }
 
-// K3's start after its wait: c [T, ld] and k_pe [T, dr] into shared memory (every token's sources
-// first, a cache slot being a load, then all rows' loads in flight at once), then K's k_pe columns
-// spread over the grid.
-template <typename T>
-__device__ __forceinline__ void stage_b_prologue(const DecodeParams& p, T* a, int ld, T* pe) {
-  __shared__ const T* c_src[kMaxTokens];
-  __shared__ const T* pe_src[kMaxTokens];
-  for (int t = threadIdx.x; t < p.tokens; t += kThreads) {
-    stage_b_sources<T>(p, t, &c_src[t], &pe_src[t]);
-  }
-  __syncthreads();
-  stage_rows<T>(a, ld, c_src, p.tokens, p.kv_rank, p.c_vectors);
-  stage_rows<T>(pe, p.rope_dim, pe_src, p.tokens, p.rope_dim, p.pe_vectors);
-  wait_async_copies();
-  __syncthreads();
-
-  const int pe_columns = p.tokens * p.heads * p.rope_dim;
-  for (int i = blockIdx.x * kThreads + threadIdx.x; i < pe_columns; i += gridDim.x * kThreads) {
-    const int j = i % p.rope_dim, h = (i / p.rope_dim) % p.heads, t = i / (p.rope_dim * p.heads);
-    static_cast<T*>(p.k.data)[token_offset(t, p.seq, p.k.stride_batch, p.k.stride_seq) +
-                              h * p.k.stride_head + p.nope_dim + j] = pe[t * p.rope_dim + j];
-  }
-}
-
-// K3 at one token tile (kM = 1; more run mla_decode_stage_b_wide). Warp w of block b walks the
-// tiles b * 8 + w, + 8 * gridDim.x, ... Each tile's rows were prefetched into L2 while the warp
-// worked on the tile before, so a warp keeps two tiles of kv_b in flight with one tile of
-// registers.
+// K3. Warp w of block b walks the tiles b * 8 + w, + 8 * gridDim.x, ...; kM token tiles. Each
+// tile's rows were prefetched into L2 while the warp worked on the tile before, so a warp keeps
+// two tiles of kv_b in flight with one tile of registers.
 template <typename T, int kM>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     mla_decode_stage_b(const __grid_constant__ DecodeParams p) {
@@ -638,7 +589,25 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   if (first + stride < tiles) prefetch_tile<T>(p, kv_b, first + stride, lane);
   wait_for_previous_stage();
 
-  stage_b_prologue<T>(p, a, ld, pe);
+  // Every token's sources first (a cache slot is a load), then all rows' loads in flight at once.
+  __shared__ const T* c_src[kMaxTokens];
+  __shared__ const T* pe_src[kMaxTokens];
+  for (int t = threadIdx.x; t < p.tokens; t += kThreads) {
+    stage_b_sources<T>(p, t, &c_src[t], &pe_src[t]);
+  }
+  __syncthreads();
+  stage_rows<T>(a, ld, c_src, p.tokens, p.kv_rank, p.c_vectors);
+  stage_rows<T>(pe, p.rope_dim, pe_src, p.tokens, p.rope_dim, p.pe_vectors);
+  wait_async_copies();
+  __syncthreads();
+
+  // K's k_pe columns, spread over the grid.
+  const int pe_columns = p.tokens * p.heads * p.rope_dim;
+  for (int i = blockIdx.x * kThreads + threadIdx.x; i < pe_columns; i += gridDim.x * kThreads) {
+    const int j = i % p.rope_dim, h = (i / p.rope_dim) % p.heads, t = i / (p.rope_dim * p.heads);
+    static_cast<T*>(p.k.data)[token_offset(t, p.seq, p.k.stride_batch, p.k.stride_seq) +
+                              h * p.k.stride_head + p.nope_dim + j] = pe[t * p.rope_dim + j];
+  }
 
   for (int tile = first; tile < tiles; tile += stride) {
     const T* row = row_of(tile);
@@ -651,129 +620,15 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       }
       mma_step<T, kStageBLoads<kM>, kM>(acc, a, ld, p.tokens, k0, 0, p.kv_rank, g, q, w);
     }
-    store_tile<T>(p, acc, tile * kTileRows, g, q);
-  }
-}
-
-// K3 with more than one token tile. A warp tile is kN8 n8 tiles (kN8 = p.b_n8: 1, or kWideN8 = 2,
-// i.e. 16 kv_b rows): each A fragment read from shared memory (c, kM token tiles) feeds kN8
-// weight rows' MMAs, so c's shared-memory reads per weight byte halve at 16 rows. Weights come
-// through registers in steps of kWideLoads K-blocks per row (twice as many at one n8 tile: the
-// same registers), double-buffered (a step's loads issued before the step before it is
-// multiplied); the warp's first tile and the one after it are prefetched into L2 before the
-// wait, every later one a tile ahead.
-constexpr int kWideN8 = tiles::kMlaDecodeWideN8Tiles;
-// K-blocks per step and weight row at kWideN8 n8 tiles: 64 columns at four token tiles (two
-// buffers of 2 x 2 vectors beside 2 x 4 x 4 accumulators under the 128 registers of two blocks
-// per SM), 128 at two.
-template <int kM, int kN8>
-constexpr int kWideLoads = (kM == 4 ? 2 : 4) * kWideN8 / kN8;
-
-// One step's weights of a warp tile: n8 tile j's row rows[j] (null: zeros).
-template <typename T, int kN8, int kL>
-__device__ __forceinline__ void load_wide_step(const T* const (&rows)[kN8], int k0, int end,
-                                               int q, uint4 (&w)[kN8][kL]) {
-#pragma unroll
-  for (int j = 0; j < kN8; ++j) load_row_step<T, kL>(rows[j], k0, end, q, w[j]);
-}
-
-// mma_step for a warp tile of kN8 weight tiles: each token tile's A fragments are read once per
-// K-block and used by every weight tile's MMAs. A rows past T and columns past `end` are zeros.
-template <typename T, int kN8, int kL, int kM>
-__device__ __forceinline__ void mma_wide_step(Acc<kM, 1> (&acc)[kN8], const T* a, int ld,
-                                              int tokens, int k0, int end, int g, int q,
-                                              const uint4 (&w)[kN8][kL]) {
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-  for (int l = 0; l < kL; ++l) {
-    const int kb = k0 + l * kKBlock;
-    if (kb >= end) break;  // warp-uniform
-    const int k = kb + 8 * q;
-    const T* col = a + k;
-    const bool in = k < end;
+    const int n = tile * kTileRows + 2 * q;
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       const int t0 = m * kMTile + g, t1 = t0 + 8;
-      const uint4 x0 = in && t0 < tokens ? shared_vector(col + t0 * ld) : zero;
-      const uint4 x1 = in && t1 < tokens ? shared_vector(col + t1 * ld) : zero;
-#pragma unroll
-      for (int j = 0; j < kN8; ++j) mma_block<T>(acc[j].c[0][m], x0, x1, w[j][l]);
+      store_kv<T>(p, t0, n, acc.value(m, 0));
+      store_kv<T>(p, t0, n + 1, acc.value(m, 1));
+      store_kv<T>(p, t1, n, acc.value(m, 2));
+      store_kv<T>(p, t1, n + 1, acc.value(m, 3));
     }
-  }
-}
-
-// The wide kernel's body at kN8 n8 tiles per warp tile. Warp w of block b walks the warp tiles
-// b * 8 + w, + 8 * gridDim.x, ...; tile i holds kv_b rows [8 kN8 i, 8 kN8 (i + 1)), its n8 tile j
-// rows + 8 j (lane (g, q): row + g).
-template <typename T, int kM, int kN8>
-__device__ __forceinline__ void stage_b_wide_tiles(const DecodeParams& p) {
-  extern __shared__ uint4 smem_b[];
-  const int ld = smem_ld(p.kv_rank);
-  T* a = reinterpret_cast<T*>(smem_b);  // [T, ld]: c
-  T* pe = a + p.tokens * ld;            // [T, dr]: k_pe
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int g = lane / 4, q = lane % 4;
-  const int tiles = ceil_div(p.b_rows, kTileRows * kN8);
-  const int stride = gridDim.x * kWarps;
-  const int first = blockIdx.x * kWarps + warp;
-  const T* kv_b = static_cast<const T*>(p.kv_b);
-  auto rows_of = [&](int tile, const T* (&rows)[kN8]) {
-#pragma unroll
-    for (int j = 0; j < kN8; ++j) {
-      const int n = (tile * kN8 + j) * kTileRows + g;
-      rows[j] = n < p.b_rows ? kv_b + n * p.kv_b_ld : nullptr;
-    }
-  };
-  auto prefetch = [&](int tile) {
-#pragma unroll
-    for (int j = 0; j < kN8; ++j) prefetch_tile<T>(p, kv_b, tile * kN8 + j, lane);
-  };
-  constexpr int kL = kWideLoads<kM, kN8>;
-  constexpr int kStep = kL * kKBlock;
-
-  // Before the wait: kv_b is not written by stage A.
-  const T* rows[kN8];
-  rows_of(first, rows);
-  uint4 wa[kN8][kL], wb[kN8][kL];
-  load_wide_step<T, kN8, kL>(rows, 0, p.kv_rank, q, wa);
-  if (first < tiles) prefetch(first);
-  if (first + stride < tiles) prefetch(first + stride);
-  wait_for_previous_stage();
-
-  stage_b_prologue<T>(p, a, ld, pe);
-
-  for (int tile = first; tile < tiles; tile += stride) {
-    if (tile != first) {
-      if (tile + stride < tiles) prefetch(tile + stride);
-      rows_of(tile, rows);
-      load_wide_step<T, kN8, kL>(rows, 0, p.kv_rank, q, wa);
-    }
-    Acc<kM, 1> acc[kN8];
-#pragma unroll
-    for (int j = 0; j < kN8; ++j) acc[j].zero();
-    for (int k0 = 0; k0 < p.kv_rank; k0 += 2 * kStep) {
-      const int k1 = k0 + kStep;
-      if (k1 < p.kv_rank) load_wide_step<T, kN8, kL>(rows, k1, p.kv_rank, q, wb);
-      mma_wide_step<T, kN8, kL, kM>(acc, a, ld, p.tokens, k0, p.kv_rank, g, q, wa);
-      if (k1 >= p.kv_rank) break;
-      if (k1 + kStep < p.kv_rank) load_wide_step<T, kN8, kL>(rows, k1 + kStep, p.kv_rank, q, wa);
-      mma_wide_step<T, kN8, kL, kM>(acc, a, ld, p.tokens, k1, p.kv_rank, g, q, wb);
-    }
-#pragma unroll
-    for (int j = 0; j < kN8; ++j) store_tile<T>(p, acc[j], (tile * kN8 + j) * kTileRows, g, q);
-  }
-}
-
-// K3 with more than one token tile: b_n8 (block-uniform) picks the body.
-template <typename T, int kM>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    mla_decode_stage_b_wide(const __grid_constant__ DecodeParams p) {
-  static_assert(kM > 1, "one token tile runs mla_decode_stage_b");
-  allow_dependents();
-  if (p.b_n8 == kWideN8) {
-    stage_b_wide_tiles<T, kM, kWideN8>(p);
-  } else {
-    stage_b_wide_tiles<T, kM, 1>(p);
   }
 }
 
@@ -891,27 +746,17 @@ int64_t stage_b_smem(const MlaProblem& p, int64_t eb) {
 // K3's static shared memory (the per-token source pointers), which the opt-in limit includes.
 constexpr int64_t kStageBStaticSmem = 2 * kMaxTokens * sizeof(const void*);
 
-// K3's kernel at kM token tiles: 8-row warp tiles at one, the wide ones past it.
-template <typename T, int kM>
-constexpr auto stage_b_kernel() {
-  if constexpr (kM == 1) {
-    return mla_decode_stage_b<T, 1>;
-  } else {
-    return mla_decode_stage_b_wide<T, kM>;
-  }
-}
-
 template <typename T, int kM>
 cudaError_t opt_in_stage_b(size_t device_limit) {
   const size_t bytes =
       std::min<size_t>(device_limit - kStageBStaticSmem, stage_b_max_smem<T, kM>());
-  return cudaFuncSetAttribute(stage_b_kernel<T, kM>(),
+  return cudaFuncSetAttribute(mla_decode_stage_b<T, kM>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(bytes));
 }
 
-// The per-device setup (prepared_device): K3's two- and four-tile variants (the wide kernel)
-// opted in to their largest plan or the device's limit (takes() refuses a plan past that limit).
+// The per-device setup (prepared_device): K3's two- and four-tile variants opted in to their
+// largest plan or the device's limit (takes() refuses a plan past that limit).
 struct DecodeKernels {
   static Status setup(const DeviceFacts& f) {
     cudaError_t err = opt_in_stage_b<__nv_bfloat16, 2>(f.smem_optin);
@@ -1031,14 +876,13 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   }
   if (!runs_second(p)) return Status::Ok();
   // Stage B alone waits for nothing of ours: a plain launch (its wait returns at once).
-  constexpr auto stage_b = stage_b_kernel<T, kM>();
-  config.numAttrs = runs_first(p) && programmatic_launch_allowed<stage_b>(facts->major);
-  k.b_n8 = kM == 1 ? 1 : mla_decode_stage_b_n8_tiles(k.b_rows, kWarps, facts->sm_count);
-  const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows * k.b_n8);
+  config.numAttrs =
+      runs_first(p) && programmatic_launch_allowed<mla_decode_stage_b<T, kM>>(facts->major);
+  const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
   config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(
       ceil_div<int64_t>(tiles, kWarps), int64_t{kBlocksPerSm} * facts->sm_count)));
   config.dynamicSmemBytes = static_cast<size_t>(stage_b_smem(p, sizeof(T)));
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, stage_b, k));
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_b<T, kM>, k));
   return Status::Ok();
 }
 

@@ -79,10 +79,6 @@ constexpr int kDecodeTcVectorWidth = 8;
 // ---- cuda-mla-decode (mla_decode.cu): mma.sync m16n8k16 with the tokens as the M side ----
 constexpr int kMlaDecodeTokenTile = 16;     // the MMA's M: tokens per tile
 constexpr int kMlaDecodeMaxTokenTiles = 4;  // 1, 2 or 4 tiles per call (3 run as 4): T <= 64
-// Stage B past one token tile: n8 MMA tiles per warp tile at most (16 kv_b rows), each A fragment
-// read from shared memory feeding both; two buffers of weights beside 2 x 4 x 4 accumulators stay
-// under the 128 registers of two blocks per SM.
-constexpr int kMlaDecodeWideN8Tiles = 2;
 
 // ---- cpu-blocked (cpu/cpu_blocked.cpp): the float32 CPU backend ----
 // Register tile: 6 tokens x 16 columns = 12 ymm accumulators (+2 loads, 1 broadcast of 16).

@@ -628,11 +628,10 @@ std::vector<MlaCase> preset_cases_mla() {
 // RoPE style and form, cache mode on a T = 16 shape with q_a, odd H and a D whose last step is
 // partial; then T = 1 and 15, Rq = 0, dr != 64 (2, 32), dn != dv, D over several chunks, rows
 // that stop folding, positions past the table; the token tiles' edges (a tile, a tile + 1, two,
-// three run as four, four - 1, four) at every stage, dtype and cache layout; stage B's 16-row
-// warp tiles with a partial last tile and K-block; the presets at T = 1, 16 and 64 (V3: 7 chunks
-// of 4 steps, 6 q_a slices, more kv_b tiles than warps, 16-row warp tiles at T = 64); under
-// kAuto, kMlaDecodeMaxTokens picks it, while one token more and rows of 3-element pads fall back
-// to cuda-mla-gemm.
+// three run as four, four - 1, four) at every stage, dtype and cache layout; the presets at T = 1,
+// 16 and 64 (V3: 7 chunks of 4 steps, 6 q_a slices, more kv_b tiles than warps); under kAuto,
+// kMlaDecodeMaxTokens picks it, while one token more and rows of 3-element pads fall back to
+// cuda-mla-gemm.
 std::vector<MlaCase> decode_cases() {
   constexpr DType kHalfTypes[] = {DType::kBFloat16, DType::kFloat16};
   std::vector<MlaCase> cases;
@@ -705,23 +704,6 @@ std::vector<MlaCase> decode_cases() {
                                   RopeForm::kPositions, cache},
                                  8));
         }
-      }
-    }
-  }
-  // Stage B's 16-row warp tiles (mla_decode_stage_b_n8_tiles: where they give every SM a block of
-  // 8 warps, >= 16896 rows on 132 SMs; a device with more SMs runs this shape at 8 rows): 69 heads
-  // of 128 + 120 rows (17112: the last warp tile half full) and R = 520 (a partial K-block), at
-  // two and four token tiles.
-  MlaProblem wide = mla_shape(64, 0, 520, 64, 69, 128, 120);
-  for (int64_t tokens : {kTile + 1, kMaxTokens}) {
-    wide.seq = tokens;
-    for (DType dt : kHalfTypes) {
-      for (MlaStage stage : {MlaStage::kBoth, MlaStage::kSecond}) {
-        cases.push_back(decode({"dec-wide-T" + std::to_string(tokens),
-                                with(wide, dt, stage, RopeStyle::kInterleave),
-                                RopeForm::kPositions,
-                                stage == MlaStage::kBoth ? CacheMode::kPaged : CacheMode::kDense},
-                               8));
       }
     }
   }

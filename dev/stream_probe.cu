@@ -1,0 +1,213 @@
+// Probe (not shipped): how fast can one kernel read a weight matrix that the previous calls did
+// not read (DeepSeek-V3's kv_b, 33.5 MB), as every weight is read between the layers of a model?
+// cuda-mla-decode's stage B and cuBLAS's GEMV both read such a fresh 33.5 MB at ~2.0 TB/s and a
+// re-read one at ~2.9 TB/s (docs/perf.md); issue 16's floors assume 4.2 TB/s. This times plain
+// read streams with no math, as latentkv-bench times a strategy (a CUDA graph of calls over input
+// sets rotated past the L2, replays timed with events, median per call):
+//   ldg U=..: every thread issues U 16-byte ld.global.nc loads before folding any (grid-stride),
+//             at 1, 2 or 4 blocks of 256 threads per SM;
+//   bulk S x KB: one block per SM streams its contiguous slice by cp.async.bulk into a ring of S
+//             shared-memory stages (mbarrier per stage), every thread folding each stage.
+// "fresh" rotates 4 sets (134 MB against a 60 MiB L2), "re-read" uses one set.
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a dev/stream_probe.cu -o stream_probe
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#define CK(x)                                                                             \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      printf("%s:%d %s -> %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));         \
+      return 1;                                                                           \
+    }                                                                                     \
+  } while (0)
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+template <int U>
+__global__ void __launch_bounds__(kThreads) stream_ldg(const uint4* __restrict__ src, size_t n,
+                                                       unsigned* sink) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * kThreads;
+  unsigned acc = 0;
+  for (size_t base = blockIdx.x * static_cast<size_t>(kThreads) + threadIdx.x; base < n;
+       base += stride * U) {
+    uint4 v[U];
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const size_t i = base + k * stride;
+      if (i < n) {
+        asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(v[k].x), "=r"(v[k].y), "=r"(v[k].z), "=r"(v[k].w)
+                     : "l"(src + i));
+      } else {
+        v[k] = make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < U; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads; practically never stores
+}
+
+// One block per SM; its slice [slice * b, slice * (b + 1)) of `bytes` (multiples of 16) streamed
+// through `stages` buffers of `stage_bytes`.
+__global__ void __launch_bounds__(kThreads) stream_bulk(const char* __restrict__ src,
+                                                        size_t bytes, int stage_bytes,
+                                                        int stages, unsigned* sink) {
+  extern __shared__ __align__(128) char smem[];
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem);  // [stages]
+  char* ring = smem + 128;
+  const size_t slice = (bytes / gridDim.x + 15) / 16 * 16;
+  const size_t begin = slice * blockIdx.x;
+  const size_t end = begin + slice < bytes ? begin + slice : bytes;
+  const int chunks = begin < end ? static_cast<int>((end - begin + stage_bytes - 1) / stage_bytes)
+                                 : 0;
+  auto issue = [&](int c) {
+    const int s = c % stages;
+    const size_t off = begin + static_cast<size_t>(c) * stage_bytes;
+    const uint32_t n = static_cast<uint32_t>(end - off < stage_bytes ? end - off : stage_bytes);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                     smem_addr(&bars[s])),
+                 "r"(n)
+                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+        "[%3];\n" ::"r"(smem_addr(ring + static_cast<size_t>(s) * stage_bytes)),
+        "l"(src + off), "r"(n), "r"(smem_addr(&bars[s]))
+        : "memory");
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(&bars[s])));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (int c = 0; c < stages && c < chunks; ++c) issue(c);
+  }
+  __syncthreads();
+  unsigned acc = 0;
+  for (int c = 0; c < chunks; ++c) {
+    const int s = c % stages;
+    const uint32_t parity = (c / stages) & 1;
+    uint32_t done = 0;
+    while (!done) {
+      asm volatile(
+          "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+          " selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(smem_addr(&bars[s])), "r"(parity)
+          : "memory");
+    }
+    const uint4* stage = reinterpret_cast<const uint4*>(ring + static_cast<size_t>(s) * stage_bytes);
+    const size_t off = begin + static_cast<size_t>(c) * stage_bytes;
+    const int vecs = static_cast<int>((end - off < stage_bytes ? end - off : stage_bytes) / 16);
+    for (int i = threadIdx.x; i < vecs; i += kThreads) {
+      const uint4 v = stage[i];
+      acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    __syncthreads();  // every thread is done with stage s before it is refilled
+    if (threadIdx.x == 0 && c + stages < chunks) issue(c + stages);
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+
+}  // namespace
+
+int main() {
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const size_t bytes = size_t{32768} * 512 * 2;  // V3's kv_b: [H * 256, R] bf16
+  constexpr int kSets = 4;
+  char* dev = nullptr;
+  CK(cudaMalloc(&dev, bytes * kSets));
+  CK(cudaMemset(dev, 0x5a, bytes * kSets));
+  unsigned* sink = nullptr;
+  CK(cudaMalloc(&sink, 64));
+  cudaStream_t stream;
+  CK(cudaStreamCreate(&stream));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+
+  // Median per-call time (us) of a graph of `calls` launches over `sets` sets, 21 replays.
+  auto time_variant = [&](auto launch, int sets, float* us) -> int {
+    const int calls = 64;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    for (int c = 0; c < calls; ++c) launch(dev + (c % sets) * bytes);
+    CK(cudaStreamEndCapture(stream, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphLaunch(exec, stream));
+    CK(cudaStreamSynchronize(stream));
+    std::vector<float> t;
+    for (int r = 0; r < 21; ++r) {
+      CK(cudaEventRecord(e0, stream));
+      CK(cudaGraphLaunch(exec, stream));
+      CK(cudaEventRecord(e1, stream));
+      CK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      t.push_back(ms * 1e3f / calls);
+    }
+    std::sort(t.begin(), t.end());
+    *us = t[t.size() / 2];
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    return 0;
+  };
+  auto report = [&](const char* name, auto launch) -> int {
+    float fresh = 0, reread = 0;
+    if (time_variant(launch, kSets, &fresh) || time_variant(launch, 1, &reread)) return 1;
+    CK(cudaGetLastError());
+    printf("%-22s fresh %7.2f us %6.0f GB/s   re-read %7.2f us %6.0f GB/s\n", name, fresh,
+           bytes / (fresh * 1e3), reread, bytes / (reread * 1e3));
+    return 0;
+  };
+  printf("read streams of %.1f MB, %d SMs\n", bytes / 1e6, sms);
+  const size_t n = bytes / 16;
+  char name[64];
+  for (int per_sm : {1, 2, 4}) {
+    const int grid = per_sm * sms;
+    snprintf(name, sizeof name, "ldg U=4  %d/SM", per_sm);
+    if (report(name, [&](char* p) {
+          stream_ldg<4><<<grid, kThreads, 0, stream>>>(reinterpret_cast<uint4*>(p), n, sink);
+        }))
+      return 1;
+    snprintf(name, sizeof name, "ldg U=8  %d/SM", per_sm);
+    if (report(name, [&](char* p) {
+          stream_ldg<8><<<grid, kThreads, 0, stream>>>(reinterpret_cast<uint4*>(p), n, sink);
+        }))
+      return 1;
+    snprintf(name, sizeof name, "ldg U=16 %d/SM", per_sm);
+    if (report(name, [&](char* p) {
+          stream_ldg<16><<<grid, kThreads, 0, stream>>>(reinterpret_cast<uint4*>(p), n, sink);
+        }))
+      return 1;
+  }
+  CK(cudaFuncSetAttribute(stream_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+  for (int stage_kb : {16, 32}) {
+    for (int stages : {4, 6}) {
+      const int smem = 128 + stages * stage_kb * 1024;
+      if (smem > 200 * 1024) continue;
+      snprintf(name, sizeof name, "bulk %d x %d KB", stages, stage_kb);
+      if (report(name, [&](char* p) {
+            stream_bulk<<<sms, kThreads, smem, stream>>>(p, bytes, stage_kb * 1024, stages,
+                                                         sink);
+          }))
+        return 1;
+    }
+  }
+  CK(cudaFree(dev));
+  CK(cudaFree(sink));
+  return 0;
+}

@@ -71,18 +71,15 @@ if want ab; then
     for bin in $BENCH b2/bench/latentkv-bench; do
       q="--iters 60 --seconds 0.4 --quiet --strategy cuda-mla-decode"
       for args in "--preset deepseek-v3-mla --q-rank 0 --tokens 1,16,64" \
-                  "--preset deepseek-v2-lite-mla --tokens 1,16,64" "--preset deepseek-v3-mla --tokens 1" \
-                  "--preset deepseek-v3-mla --q-rank 0 --tokens 1,16 --stage second" \
-                  "--preset deepseek-v2-lite-mla --tokens 1,16 --stage second"; do
-        stage=both; [[ "$args" == *"--stage second"* ]] && stage=second
-        $bin $args $q 2>&1 | rows | awk -v b="${bin%%/*}" -v s=$stage '{print b, s, $1, $2, $5}'
+                  "--preset deepseek-v2-lite-mla --tokens 1,16,64" "--preset deepseek-v3-mla --tokens 1"; do
+        $bin $args $q 2>&1 | rows | awk -v b="${bin%%/*}" '{print b, $1, $2, $5}'
       done
     done
   done > "$OUT/ab.txt"
-  t "ab (build, stage, case, us):"; sort -k2,4 -s "$OUT/ab.txt" | tr '\n' ';'; echo
+  t "ab (build, case, us):"; sort -k2,3 -s "$OUT/ab.txt" | tr '\n' ';'; echo
 fi
 if want sanitize; then
-  f="${SANITIZE_FILTER:-*MlaDecode*dec_tiles_T17*bfloat16_both*paged*:*MlaDecode*dec_tiles_T64*float16_both*dense*:*MlaDecode*dec_tiles_T48*bfloat16_second*paged*:*MlaDecode*dec_16_rope2*float16_both*:*MlaDecode*dec_one_token_B1*bfloat16_second*:*MlaDecode*deepseek_v2_lite_mla_T64*:*MlaDecode*dec_wide_T17*bfloat16_second*:*MlaDecode*dec_ring_tiles*float16_second*}"
+  f="${SANITIZE_FILTER:-*MlaDecode*dec_tiles_T17*bfloat16_both*paged*:*MlaDecode*dec_tiles_T64*float16_both*dense*:*MlaDecode*dec_tiles_T48*bfloat16_second*paged*:*MlaDecode*dec_16_rope2*float16_both*:*MlaDecode*dec_one_token_B1*bfloat16_second*:*MlaDecode*deepseek_v2_lite_mla_T64*:*MlaDecode*dec_wide_T17*bfloat16_second*}"
   for tool in memcheck racecheck; do
     timeout 60 compute-sanitizer --tool $tool --error-exitcode 17 "$TEST" --gtest_brief=0 \
       --gtest_filter="$f" > "$OUT/sanitize_$tool.log" 2>&1 &

@@ -335,13 +335,8 @@ Status launch(const Problem& p, const Args& a, Stream stream) {
   kv_proj_decode_fp32_down<T, kGroup><<<down_grid, kThreads, 0, stream>>>(k);
   LATENTKV_CUDA_RETURN(cudaGetLastError());
 
-  cudaLaunchAttribute pdl[1];
-  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  config.attrs = pdl;
+  ProgrammaticLaunch launch_config(kThreads, stream);
+  cudaLaunchConfig_t& config = launch_config.config;
 
   config.gridDim = dim3(static_cast<unsigned>((latent_floats(p) + 31) / 32));
   config.dynamicSmemBytes = 0;

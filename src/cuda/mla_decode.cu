@@ -852,13 +852,8 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.v_stride_seq = a.v_stride_seq;
   k.v_stride_head = a.v_stride_head;
 
-  cudaLaunchAttribute pdl[1];
-  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  config.attrs = pdl;
+  ProgrammaticLaunch launch_config(kThreads, stream);
+  cudaLaunchConfig_t& config = launch_config.config;
 
   if (runs_first(p)) {
     // K1 is a plain launch, never a programmatic one: it zeroes the arrivals and overwrites the

@@ -191,4 +191,21 @@ bool programmatic_launch_allowed(int major) {
   return major >= 9 && compiled_arch<Kernel>() >= 90;
 }
 
+// A launch configuration of `threads` per block on `stream` carrying the programmatic-dependent-
+// launch attribute; each launch sets gridDim, dynamicSmemBytes and numAttrs (1 where
+// programmatic_launch_allowed, else 0: a plain launch). Not copyable: config.attrs points into it.
+struct ProgrammaticLaunch {
+  cudaLaunchAttribute attribute{};
+  cudaLaunchConfig_t config{};
+  ProgrammaticLaunch(unsigned threads, cudaStream_t stream) {
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.blockDim = dim3(threads);
+    config.stream = stream;
+    config.attrs = &attribute;
+  }
+  ProgrammaticLaunch(const ProgrammaticLaunch&) = delete;
+  ProgrammaticLaunch& operator=(const ProgrammaticLaunch&) = delete;
+};
+
 }  // namespace latentkv::detail

@@ -1,6 +1,6 @@
 // The steps the projection's driver (run_case.cpp) and the MLA path's (mla_case.cpp) share, over
-// either kind of target: the fused call's options, recording a refusal, and timing both paths
-// once they are checked.
+// either kind of target: the fused call's options, the strategy's choice (recording a refusal),
+// and timing both paths once they are checked.
 #pragma once
 
 #include <string>
@@ -24,6 +24,19 @@ inline void record_refusal(const Status& status, CaseResult* result) {
       status.code() == StatusCode::kCudaError ? Outcome::kError : Outcome::kRefused;
   result->refusal = status.code();
   result->message = status.message();
+}
+
+// The target's description into the result, then the strategy the fused call would run; a
+// refusal is recorded. Returns the choice's status (the case stops when it is refused and the
+// target has no baseline to time).
+template <typename TargetT, typename ProblemT>
+Status choose_strategy(TargetT& target, const ProblemT& problem, const Options& options,
+                       CaseResult* result) {
+  target.describe(result);
+  result->input_sets = target.input_sets();
+  const Status chosen = select_strategy(problem, target.args(0), options, &result->strategy);
+  if (!chosen.ok()) record_refusal(chosen, result);
+  return chosen;
 }
 
 // Times the fused call and then the baseline, each where its check ran, on the same inputs.

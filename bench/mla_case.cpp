@@ -297,15 +297,9 @@ CaseResult run_mla_case(const BenchCase& c, Backend backend, Strategy strategy,
   const std::unique_ptr<MlaTarget> target =
       gpu != nullptr ? make_mla_cuda_target(c, inputs, config, gpu->info(), gpu->stream())
                      : make_mla_cpu_target(c, inputs, config);
-  target->describe(&result);
-  result.input_sets = target->input_sets();
-
   const Options options = fused_options(backend, strategy, target->stream());
-  const Status chosen = select_strategy(p, target->args(0), options, &result.strategy);
-  if (!chosen.ok()) {
-    record_refusal(chosen, &result);
-    if (!target->has_baseline()) return result;
-  }
+  const Status chosen = choose_strategy(*target, p, options, &result);
+  if (!chosen.ok() && !target->has_baseline()) return result;
 
   progress("float64 reference");
   const MlaReferenceCheck check(c, inputs, kReferenceFlops);

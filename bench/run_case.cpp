@@ -22,15 +22,9 @@ CaseResult run_case(const BenchCase& bench_case, Backend backend, Strategy strat
   const testing::HostInputs inputs = testing::random_inputs(p, config.seed);
   progress("placing inputs");
   const std::unique_ptr<Target> target = make_target(p, inputs);
-  target->describe(&result);
-  result.input_sets = target->input_sets();
-
   const Options options = fused_options(backend, strategy, target->stream());
-  const Status chosen = select_strategy(p, target->args(0), options, &result.strategy);
-  if (!chosen.ok()) {
-    record_refusal(chosen, &result);
-    if (!target->has_baseline()) return result;
-  }
+  const Status chosen = choose_strategy(*target, p, options, &result);
+  if (!chosen.ok() && !target->has_baseline()) return result;
 
   progress("float64 reference");
   const ReferenceCheck check(p, inputs, kReferenceFlops);

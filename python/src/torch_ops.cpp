@@ -228,6 +228,15 @@ void set_stage_a(bind::MlaCall& call, const at::Tensor& hidden, const at::Tensor
   call.q_a_norm_weight = view_of(q_a_norm_weight, "q_a_norm_weight");
 }
 
+// The arguments both stage-B ops take.
+void set_stage_b(bind::MlaCall& call, const at::Tensor& kv_b_weight, int64_t num_heads,
+                 int64_t qk_nope_head_dim, int64_t v_head_dim) {
+  call.kv_b_weight = view_of(kv_b_weight, "kv_b_weight");
+  call.num_heads = num_heads;
+  call.nope_dim = qk_nope_head_dim;
+  call.v_dim = v_head_dim;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> mla_kv(
     const at::Tensor& hidden, const at::Tensor& kv_a_weight, const at::Tensor& kv_a_norm_weight,
     const at::Tensor& kv_b_weight, int64_t num_heads, int64_t qk_nope_head_dim,
@@ -238,10 +247,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mla_kv(
     const std::optional<at::Tensor>& q_a_norm_weight) {
   bind::MlaCall call;
   call.stage = latentkv::MlaStage::kBoth;
-  call.kv_b_weight = view_of(kv_b_weight, "kv_b_weight");
-  call.num_heads = num_heads;
-  call.nope_dim = qk_nope_head_dim;
-  call.v_dim = v_head_dim;
+  set_stage_b(call, kv_b_weight, num_heads, qk_nope_head_dim, v_head_dim);
   set_stage_a(call, hidden, kv_a_weight, kv_a_norm_weight, cos, sin, positions, cos_sin_cache,
               rope_style, eps, kv_cache, slot_mapping, q_a_weight, q_a_norm_weight);
   MlaOutputs out = run_mla(call, hidden);
@@ -269,10 +275,7 @@ std::tuple<at::Tensor, at::Tensor> mla_kv_second_stage(
     const std::optional<at::Tensor>& slot_mapping) {
   bind::MlaCall call;
   call.stage = latentkv::MlaStage::kSecond;
-  call.kv_b_weight = view_of(kv_b_weight, "kv_b_weight");
-  call.num_heads = num_heads;
-  call.nope_dim = qk_nope_head_dim;
-  call.v_dim = v_head_dim;
+  set_stage_b(call, kv_b_weight, num_heads, qk_nope_head_dim, v_head_dim);
   call.latent = view_of(latent, "latent");
   call.k_pe = view_of(k_pe, "k_pe");
   call.kv_cache = view_of(kv_cache, "kv_cache");

@@ -59,6 +59,16 @@ inline bool mla_decode_overlap_stage_b(int64_t stage_a_weight_bytes, int64_t kv_
          kMlaDecodeOverlapMaxWeightRatio * static_cast<double>(kv_b_bytes);
 }
 
+// cuda-mla-decode's stage B at one token tile: a ring of 4 K-blocks in registers at 4 blocks per
+// SM (every warp's first tile issued before stage A ends) where kv_b has more 8-row tiles than the
+// held-tile plan's warps (8 per block, 2 blocks per SM), else every K-block of a tile held at 2
+// blocks per SM. V3 (4096 tiles, 2112 warps): whole path T=1 22.1 against 23.9 us, stage B alone
+// 14.5 against 16.5; V2-Lite (512 tiles): whole T=1 11.9 against 10.5, T=16 17.1 against 12.2
+// (its warps have one tile either way, and the ring's shorter loads cost the stream).
+inline bool mla_decode_stage_b_ring(int64_t tiles, int64_t held_plan_warps) {
+  return tiles > held_plan_warps;
+}
+
 // ---- launchers' variants ----
 // cuda-fused stages the weights in shared memory (resident configuration) once there are this
 // many 16-token tiles per SM: each SM then reads them once instead of once per tile.

@@ -12,8 +12,9 @@
 //                              8) x one chunk of D (chunks so that ~2 blocks per SM; 1 where K3
 //                              follows and stage A's weights are small, so a K3 block fits
 //                              beside it; steps of 256 columns, 8 loads in flight per thread,
-//                              double-buffered; 128 and 4 with four token tiles); the hidden chunk [T, chunk] staged in
-//                              shared memory (chunks narrow as T grows: under 48 KB); partial dot
+//                              double-buffered; 128 and 4 with four token tiles); the hidden
+//                              chunk [T, chunk] staged in shared memory (chunks narrow as T
+//                              grows: under 48 KB); partial dot
 //                              products to the workspace [chunk][T][rows] float32.
 //   K2 mla_decode_stage_a_epilogue  block = (slice of 256 rows, token): sums its rows over the
 //                              chunks (fixed order), then per norm group (q_a, c) the block that
@@ -25,9 +26,12 @@
 //   K3 mla_decode_stage_b      persistent warps over 8-row tiles of kv_b_weight (all R columns):
 //                              the first tile's weights are loaded into registers and the next
 //                              tile prefetched into L2 BEFORE waiting for K2, so kv_b's stream
-//                              overlaps stage A; every later tile is prefetched into L2 one tile
-//                              ahead; then c [T, R] (dtype) and k_pe go into shared memory by
-//                              cp.async where the rows are whole vectors (opted in past 48 KB
+//                              overlaps stage A (at one token tile with more tiles than the
+//                              held plan's warps, heuristics.h: a ring of 4 K-blocks in
+//                              registers, the rest of the first tile into L2, 4 blocks per SM);
+//                              every later tile is prefetched into L2 one tile ahead; then
+//                              c [T, R] (dtype) and k_pe go into shared memory by cp.async
+//                              where the rows are whole vectors (opted in past 48 KB
 //                              from 17 tokens), K[t, h, :dn] and V[t, h, :] are written straight
 //                              from the accumulators (rounded once) and K's k_pe columns from
 //                              k_pe.
@@ -77,18 +81,25 @@ constexpr int kStageAStep = kStageALoads<kM> * kKBlock;
 constexpr int kHiddenSmemBytes = 48 * 1024;
 constexpr int kMaxChunk = 2048;
 constexpr int kMinChunk = 256;   // smaller chunks cost more in partials than they spread (V2-Lite)
-// K-blocks of stage B held at once: 512 columns of kv_b (256 with four token tiles: registers).
-template <int kM>
-constexpr int kStageBLoads = kM == 4 ? 8 : 16;
-template <int kM>
-constexpr int kStageBStep = kStageBLoads<kM> * kKBlock;
+// K-blocks of stage B held at once: 512 columns of kv_b (256 with four token tiles: registers),
+// or the one-token-tile ring's 4 (stage_b_ring: 60 registers in all, under the 64 of 4 blocks per
+// SM; 8 K-blocks spilled there).
+template <int kM, bool kRing>
+constexpr int kStageBLoads = kRing ? 4 : kM == 4 ? 8 : 16;
+template <int kM, bool kRing>
+constexpr int kStageBStep = kStageBLoads<kM, kRing> * kKBlock;
 constexpr int kMaxRank = 1024;     // c [16, R + pad] in shared memory beside k_pe (< 48 KB)
 constexpr int kSlice = kThreads;   // K2: one row per thread
 constexpr int kMaxRopeDim = kThreads;  // K2's k_pe slice is one block
 constexpr int kBlocksPerSm = 2;    // K1's and K3's target (launch bounds allow two)
+// K3's blocks per SM (launch bounds and grid): the ring's 4, so that a fresh kv_b stream has the
+// warps per SM it needs (dev/stream_probe.cu: 2.8 / 3.6 / 3.8 TB/s at 1 / 2 / 4 blocks per SM,
+// nearly independent of the loads per thread), else kBlocksPerSm.
+template <bool kRing>
+constexpr int kStageBBlocksPerSm = kRing ? 4 : kBlocksPerSm;
 // K1's target with stage B behind it and small stage-A weights (heuristics.h): one block per SM
-// leaves room for a K3 block beside it (104 + 112 registers x 256 threads of 64K), which issues
-// its first kv_b tiles while K1 runs.
+// leaves room for K3 blocks beside it (104 + 112 registers x 256 threads of 64K; two ring blocks
+// of 64), which issue their first kv_b tiles while K1 runs.
 constexpr int kStageABlocksBeforeB = 1;
 // Shared-memory rows padded to 64 bytes past a 128-byte multiple: the 8 rows an A fragment load
 // reads at one offset fall in different banks.
@@ -547,26 +558,87 @@ __device__ __forceinline__ void store_kv(const DecodeParams& p, int t, int n, fl
   }
 }
 
-// The kv_b rows of `tile` into L2, a warp's 8 rows of 128-byte lines spread over its lanes.
+// The kv_b rows of `tile` into L2 from 128-byte line `first_line` of each row on, a warp's 8 rows
+// of lines spread over its lanes.
 template <typename T>
 __device__ __forceinline__ void prefetch_tile(const DecodeParams& p, const T* kv_b, int tile,
-                                              int lane) {
-  const int lines = ceil_div(p.kv_rank * static_cast<int>(sizeof(T)), 128);
+                                              int lane, int first_line = 0) {
+  const int lines = ceil_div(p.kv_rank * static_cast<int>(sizeof(T)), 128) - first_line;
   for (int i = lane; i < kTileRows * lines; i += 32) {
     const int n = tile * kTileRows + i / lines;
     if (n < p.b_rows) {
       prefetch_l2(reinterpret_cast<const char*>(kv_b + static_cast<int64_t>(n) * p.kv_b_ld) +
-                  (i % lines) * 128);
+                  (first_line + i % lines) * 128);
     }
+  }
+}
+
+// K3's loop at one token tile with the ring: the warp's (tile, step of kLoads K-blocks) positions
+// in order, w holding the current one's weights. Each K-block's MMAs are followed (in source
+// order) by the load of the next position's same K-block into its registers: the same tile's
+// next step, else the next tile's first, so the loads never wait for a tile's end. Every tile
+// after the warp's first is prefetched into L2 a tile ahead, as in the held-tile loop.
+template <typename T, int kLoads>
+__device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const T* a, int ld, int first,
+                                             int stride, int tiles, int lane,
+                                             uint4 (&w)[kLoads]) {
+  constexpr int kStep = kLoads * kKBlock;
+  static_assert(kStep % (2 * kKBlock) == 0, "a step keeps the chains on K-block parity");
+  const int g = lane / 4, q = lane % 4;
+  const T* kv_b = static_cast<const T*>(p.kv_b);
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  // This thread's A rows g and g + 8 at its 8 columns of a K-block; rows past T are zeros.
+  const T* a0 = a + g * ld + 8 * q;
+  const T* a1 = a0 + 8 * ld;
+  const bool t0_in = g < p.tokens, t1_in = g + 8 < p.tokens;
+  Acc<1, kStageBChains<1>> acc;
+  for (int tile = first, k0 = 0; tile < tiles;) {
+    int next_tile = tile, next_k0 = k0 + kStep;
+    if (next_k0 >= p.kv_rank) {
+      next_tile = tile + stride;
+      next_k0 = 0;
+    }
+    const int next_n = next_tile * kTileRows + g;
+    // The next position's row from this thread's first column, and the columns left in it.
+    const T* next_src = next_tile < tiles && next_n < p.b_rows
+                            ? kv_b + next_n * p.kv_b_ld + next_k0 + 8 * q
+                            : nullptr;
+    const int next_left = p.kv_rank - next_k0 - 8 * q;
+    const int left = p.kv_rank - k0 - 8 * q;
+    if (k0 == 0) {
+      acc.zero();
+      if (tile != first && tile + stride < tiles) prefetch_tile<T>(p, kv_b, tile + stride, lane);
+    }
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      if (k0 + j * kKBlock < p.kv_rank) {  // warp-uniform; A columns past R are zeros
+        const bool in = j * kKBlock < left;
+        const uint4 x0 = in && t0_in ? shared_vector(a0 + k0 + j * kKBlock) : zero;
+        const uint4 x1 = in && t1_in ? shared_vector(a1 + k0 + j * kKBlock) : zero;
+        mma_block<T>(acc.c[j % kStageBChains<1>][0], x0, x1, w[j]);
+      }
+      w[j] = load_or_zero(next_src + j * kKBlock, next_src != nullptr && j * kKBlock < next_left);
+    }
+    if (next_k0 == 0) {  // the tile's last step: its outputs (token g: 0, 1; g + 8: 2, 3)
+      const int n = tile * kTileRows + 2 * q;
+      store_kv<T>(p, g, n, acc.value(0, 0));
+      store_kv<T>(p, g, n + 1, acc.value(0, 1));
+      store_kv<T>(p, g + 8, n, acc.value(0, 2));
+      store_kv<T>(p, g + 8, n + 1, acc.value(0, 3));
+    }
+    tile = next_tile;
+    k0 = next_k0;
   }
 }
 
 // K3. Warp w of block b walks the tiles b * 8 + w, + 8 * gridDim.x, ...; kM token tiles. Each
 // tile's rows were prefetched into L2 while the warp worked on the tile before, so a warp keeps
-// two tiles of kv_b in flight with one tile of registers.
-template <typename T, int kM>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+// two tiles of kv_b in flight with one tile of registers (kRing, one token tile only: one step of
+// registers, the rest of its first tile prefetched into L2 before the wait).
+template <typename T, int kM, bool kRing>
+__global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
     mla_decode_stage_b(const __grid_constant__ DecodeParams p) {
+  static_assert(!kRing || kM == 1, "the ring is the one-token-tile loop");
   extern __shared__ uint4 smem_b[];
   const int ld = smem_ld(p.kv_rank);
   T* a = reinterpret_cast<T*>(smem_b);  // [T, ld]: c
@@ -584,8 +656,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   };
 
   // Before the wait: kv_b is not written by stage A.
-  uint4 w[kStageBLoads<kM>];
-  load_row_step<T, kStageBLoads<kM>>(row_of(first), 0, p.kv_rank, q, w);
+  uint4 w[kStageBLoads<kM, kRing>];
+  load_row_step<T, kStageBLoads<kM, kRing>>(row_of(first), 0, p.kv_rank, q, w);
+  if constexpr (kRing) {
+    static_assert(kStageBStep<kM, kRing> * sizeof(T) % 128 == 0, "a step is whole 128-byte lines");
+    if (first < tiles) {
+      prefetch_tile<T>(p, kv_b, first, lane, kStageBStep<kM, kRing> * sizeof(T) / 128);
+    }
+  }
   if (first + stride < tiles) prefetch_tile<T>(p, kv_b, first + stride, lane);
   wait_for_previous_stage();
 
@@ -609,25 +687,30 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                               h * p.k.stride_head + p.nope_dim + j] = pe[t * p.rope_dim + j];
   }
 
-  for (int tile = first; tile < tiles; tile += stride) {
-    const T* row = row_of(tile);
-    if (tile != first && tile + stride < tiles) prefetch_tile<T>(p, kv_b, tile + stride, lane);
-    Acc<kM, kStageBChains<kM>> acc;
-    acc.zero();
-    for (int k0 = 0; k0 < p.kv_rank; k0 += kStageBStep<kM>) {
-      if (tile != first || k0 != 0) {
-        load_row_step<T, kStageBLoads<kM>>(row, k0, p.kv_rank, q, w);
+  if constexpr (kRing) {
+    stage_b_ring<T, kStageBLoads<kM, kRing>>(p, a, ld, first, stride, tiles, lane, w);
+  } else {
+    for (int tile = first; tile < tiles; tile += stride) {
+      const T* row = row_of(tile);
+      if (tile != first && tile + stride < tiles) prefetch_tile<T>(p, kv_b, tile + stride, lane);
+      Acc<kM, kStageBChains<kM>> acc;
+      acc.zero();
+      for (int k0 = 0; k0 < p.kv_rank; k0 += kStageBStep<kM, kRing>) {
+        if (tile != first || k0 != 0) {
+          load_row_step<T, kStageBLoads<kM, kRing>>(row, k0, p.kv_rank, q, w);
+        }
+        mma_step<T, kStageBLoads<kM, kRing>, kM>(acc, a, ld, p.tokens, k0, 0, p.kv_rank, g, q,
+                                                 w);
       }
-      mma_step<T, kStageBLoads<kM>, kM>(acc, a, ld, p.tokens, k0, 0, p.kv_rank, g, q, w);
-    }
-    const int n = tile * kTileRows + 2 * q;
+      const int n = tile * kTileRows + 2 * q;
 #pragma unroll
-    for (int m = 0; m < kM; ++m) {
-      const int t0 = m * kMTile + g, t1 = t0 + 8;
-      store_kv<T>(p, t0, n, acc.value(m, 0));
-      store_kv<T>(p, t0, n + 1, acc.value(m, 1));
-      store_kv<T>(p, t1, n, acc.value(m, 2));
-      store_kv<T>(p, t1, n + 1, acc.value(m, 3));
+      for (int m = 0; m < kM; ++m) {
+        const int t0 = m * kMTile + g, t1 = t0 + 8;
+        store_kv<T>(p, t0, n, acc.value(m, 0));
+        store_kv<T>(p, t0, n + 1, acc.value(m, 1));
+        store_kv<T>(p, t1, n, acc.value(m, 2));
+        store_kv<T>(p, t1, n + 1, acc.value(m, 3));
+      }
     }
   }
 }
@@ -750,7 +833,7 @@ template <typename T, int kM>
 cudaError_t opt_in_stage_b(size_t device_limit) {
   const size_t bytes =
       std::min<size_t>(device_limit - kStageBStaticSmem, stage_b_max_smem<T, kM>());
-  return cudaFuncSetAttribute(mla_decode_stage_b<T, kM>,
+  return cudaFuncSetAttribute(mla_decode_stage_b<T, kM, false>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(bytes));
 }
@@ -766,6 +849,21 @@ struct DecodeKernels {
     return cuda_status(err, "cuda-mla-decode: shared-memory opt-in");
   }
 };
+
+// K3 over `tiles` kv_b tiles: a persistent grid of at most kStageBBlocksPerSm blocks per SM.
+// Stage B alone waits for nothing of ours: a plain launch (its wait returns at once).
+template <typename T, int kM, bool kRing>
+Status launch_stage_b(const DecodeParams& k, int64_t tiles, int64_t smem, const DeviceFacts* facts,
+                      bool after_stage_a, cudaLaunchConfig_t& config) {
+  config.numAttrs = after_stage_a && programmatic_launch_allowed<mla_decode_stage_b<T, kM, kRing>>(
+                                         facts->major);
+  config.gridDim = dim3(static_cast<unsigned>(
+      std::min<int64_t>(ceil_div<int64_t>(tiles, kWarps),
+                        int64_t{kStageBBlocksPerSm<kRing>} * facts->sm_count)));
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_b<T, kM, kRing>, k));
+  return Status::Ok();
+}
 
 template <typename T, typename RopeT, int kM>
 Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
@@ -870,15 +968,14 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
         cudaLaunchKernelEx(&config, mla_decode_stage_a_epilogue<T, RopeT>, k));
   }
   if (!runs_second(p)) return Status::Ok();
-  // Stage B alone waits for nothing of ours: a plain launch (its wait returns at once).
-  config.numAttrs =
-      runs_first(p) && programmatic_launch_allowed<mla_decode_stage_b<T, kM>>(facts->major);
   const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
-  config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(
-      ceil_div<int64_t>(tiles, kWarps), int64_t{kBlocksPerSm} * facts->sm_count)));
-  config.dynamicSmemBytes = static_cast<size_t>(stage_b_smem(p, sizeof(T)));
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_b<T, kM>, k));
-  return Status::Ok();
+  const int64_t smem_b = stage_b_smem(p, sizeof(T));
+  if constexpr (kM == 1) {
+    if (mla_decode_stage_b_ring(tiles, int64_t{kBlocksPerSm} * kWarps * facts->sm_count)) {
+      return launch_stage_b<T, kM, true>(k, tiles, smem_b, facts, runs_first(p), config);
+    }
+  }
+  return launch_stage_b<T, kM, false>(k, tiles, smem_b, facts, runs_first(p), config);
 }
 
 // The one switch point: dtype (caller), RoPE table type and token tiles to template arguments.

@@ -671,6 +671,12 @@ std::vector<MlaCase> decode_cases() {
       {"dec-15-chunks", 3, 5, 1000, 0, 24, 32, 5, 8, 16},
       {"dec-16-rope2", 1, 16, 520, 40, 64, 2, 7, 12, 20},
       {"dec-v3-like", 1, 4, 1536, 1536, 512, 64, 2, 128, 128},
+      // Stage B's one-tile ring (more kv_b tiles than 2 blocks x 8 warps per SM): 5040 tiles,
+      // past the ring's 4 blocks x 8 warps on up to 157 SMs (warps with a second tile), heads of
+      // 252 rows, R = 2 steps of 128 + a partial K-block; then 16 tokens over two sequences at
+      // V3's R and head widths (4352 tiles).
+      {"dec-ring-tiles", 1, 3, 64, 0, 264, 64, 160, 120, 132},
+      {"dec-ring-16", 2, 8, 64, 0, 512, 64, 136, 128, 128},
   };
   for (const Edge& e : edges) {
     MlaProblem p = mla_shape(e.d, e.q_rank, e.r, e.dr, e.h, e.dn, e.dv);

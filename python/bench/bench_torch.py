@@ -99,17 +99,20 @@ def interleaved_wall_us(fns, iters, repeats, sync, clock=time.perf_counter):
 
 
 def graph_us(fn, calls_per_graph, replays):
-    """GPU time per call: calls_per_graph calls captured in one CUDA graph, replayed."""
+    """GPU time per call: calls_per_graph calls captured in one CUDA graph, replayed. fn is one
+    callable, or a list of them: captured call i is fn[i % len(fn)] (rotating over input sets, so
+    that what they read comes from memory rather than from the cache; each is warmed up first)."""
+    fns = list(fn) if isinstance(fn, (list, tuple)) else [fn]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
+        for i in range(max(3, len(fns))):
+            fns[i % len(fns)]()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(calls_per_graph):
-            fn()
+        for i in range(calls_per_graph):
+            fns[i % len(fns)]()
     graph.replay()
     torch.cuda.synchronize()
     start = torch.cuda.Event(enable_timing=True)

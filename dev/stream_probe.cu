@@ -8,6 +8,10 @@
 //             at 1, 2 or 4 blocks of 256 threads per SM;
 //   bulk S x KB: one block per SM streams its contiguous slice by cp.async.bulk into a ring of S
 //             shared-memory stages (mbarrier per stage), every thread folding each stage.
+//   tile frag / line U=..: warps over 8-row x 1 KB tiles in the decode kernels' mma.sync fragment
+//             load pattern (8 rows x 64 B per instruction) or 4 rows x 128 B, optionally ("pf")
+//             with prefetch.global.L2 of the rest of the tile and of the next tile (stage B's old
+//             prefetches: they cost 1.3-9 us of a 9 us fresh stream).
 // "fresh" rotates 4 sets (134 MB against a 60 MiB L2), "re-read" uses one set.
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a dev/stream_probe.cu -o stream_probe
 #include <cuda_runtime.h>
@@ -57,6 +61,53 @@ __global__ void __launch_bounds__(kThreads) stream_ldg(const uint4* __restrict__
     for (int k = 0; k < U; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
   }
   if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads; practically never stores
+}
+
+// Warps over 8-row tiles of a [rows, 512] bf16 matrix (1 KB rows, 8 KB per tile), as the decode
+// kernels' weight tiles: warp w takes tiles w, w + 8 * gridDim.x, ...; U of a tile's 16 loads per
+// thread in flight before any is folded. kLines = false: the mma.sync fragment pattern (thread
+// (g = lane / 4, q = lane % 4) reads row g at bytes 16q + 64j: 8 rows x 64 bytes per instruction,
+// half of each 128-byte line); true: 8 threads per row (4 rows x 128 bytes per instruction).
+// kPrefetch: before a tile's loads, its remaining 128-byte lines (past the first U loads' 64U
+// bytes of each row) and the next tile's whole rows go to L2 by prefetch.global.L2, as the
+// decode kernels' stage B does.
+template <int U, bool kLines, bool kPrefetch = false>
+__global__ void __launch_bounds__(kThreads) stream_tile(const char* __restrict__ src, int tiles,
+                                                        unsigned* sink) {
+  const int lane = threadIdx.x % 32;
+  const int stride = gridDim.x * (kThreads / 32);
+  unsigned acc = 0;
+  for (int tile = blockIdx.x * (kThreads / 32) + threadIdx.x / 32; tile < tiles; tile += stride) {
+    const char* base = src + static_cast<size_t>(tile) * 8 * 1024;
+    if (kPrefetch) {
+      constexpr int kFirstLine = U * 64 / 128, kLeft = 8 - kFirstLine > 0 ? 8 - kFirstLine : 1;
+      for (int i = lane; kFirstLine < 8 && i < 8 * kLeft; i += 32) {
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(base + (i / kLeft) * 1024 +
+                                                        (kFirstLine + i % kLeft) * 128));
+      }
+      if (tile + stride < tiles) {
+        const char* next = src + static_cast<size_t>(tile + stride) * 8 * 1024;
+        for (int i = lane; i < 64; i += 32) {
+          asm volatile("prefetch.global.L2 [%0];\n" ::"l"(next + i * 128));
+        }
+      }
+    }
+    for (int j0 = 0; j0 < 16; j0 += U) {
+      uint4 v[U];
+#pragma unroll
+      for (int k = 0; k < U; ++k) {
+        const int j = j0 + k;
+        const int off = kLines ? ((lane / 8) + 4 * (j % 2)) * 1024 + 16 * (lane % 8) + 128 * (j / 2)
+                               : (lane / 4) * 1024 + 16 * (lane % 4) + 64 * j;
+        asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(v[k].x), "=r"(v[k].y), "=r"(v[k].z), "=r"(v[k].w)
+                     : "l"(base + off));
+      }
+#pragma unroll
+      for (int k = 0; k < U; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+    }
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;
 }
 
 // One block per SM; its slice [slice * b, slice * (b + 1)) of `bytes` (multiples of 16) streamed
@@ -192,6 +243,31 @@ int main() {
     if (report(name, [&](char* p) {
           stream_ldg<16><<<grid, kThreads, 0, stream>>>(reinterpret_cast<uint4*>(p), n, sink);
         }))
+      return 1;
+  }
+  const int tiles = static_cast<int>(bytes / (8 * 1024));
+  for (int per_sm : {2, 4}) {
+    const int grid = per_sm * sms;
+    snprintf(name, sizeof name, "tile frag U=4  %d/SM", per_sm);
+    if (report(name, [&](char* p) { stream_tile<4, false><<<grid, kThreads, 0, stream>>>(p, tiles, sink); }))
+      return 1;
+    snprintf(name, sizeof name, "tile frag U=16 %d/SM", per_sm);
+    if (report(name, [&](char* p) { stream_tile<16, false><<<grid, kThreads, 0, stream>>>(p, tiles, sink); }))
+      return 1;
+    snprintf(name, sizeof name, "tile line U=4  %d/SM", per_sm);
+    if (report(name, [&](char* p) { stream_tile<4, true><<<grid, kThreads, 0, stream>>>(p, tiles, sink); }))
+      return 1;
+    snprintf(name, sizeof name, "tile line U=16 %d/SM", per_sm);
+    if (report(name, [&](char* p) { stream_tile<16, true><<<grid, kThreads, 0, stream>>>(p, tiles, sink); }))
+      return 1;
+  }
+  for (int per_sm : {2, 4}) {
+    const int grid = per_sm * sms;
+    snprintf(name, sizeof name, "tile frag U=4 pf %d/SM", per_sm);
+    if (report(name, [&](char* p) { stream_tile<4, false, true><<<grid, kThreads, 0, stream>>>(p, tiles, sink); }))
+      return 1;
+    snprintf(name, sizeof name, "tile frag U=16 pf %d/SM", per_sm);
+    if (report(name, [&](char* p) { stream_tile<16, false, true><<<grid, kThreads, 0, stream>>>(p, tiles, sink); }))
       return 1;
   }
   CK(cudaFuncSetAttribute(stream_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));

@@ -60,11 +60,11 @@ inline bool mla_decode_overlap_stage_b(int64_t stage_a_weight_bytes, int64_t kv_
 }
 
 // cuda-mla-decode's stage B at one token tile: a ring of 4 K-blocks in registers at 4 blocks per
-// SM (every warp's first tile issued before stage A ends) where kv_b has more 8-row tiles than the
-// held-tile plan's warps (8 per block, 2 blocks per SM), else every K-block of a tile held at 2
-// blocks per SM. V3 (4096 tiles, 2112 warps): whole path T=1 22.1 against 23.9 us, stage B alone
-// 14.5 against 16.5; V2-Lite (512 tiles): whole T=1 11.9 against 10.5, T=16 17.1 against 12.2
-// (its warps have one tile either way, and the ring's shorter loads cost the stream).
+// SM (more warps streaming) where kv_b has more 8-row tiles than the held-tile plan's warps (8 per
+// block, 2 blocks per SM), else every K-block of a tile held at 2 blocks per SM. V3 (4096 tiles,
+// 2112 warps), ring / held: whole path T=1 20.2 / 21.6 us, T=16 23.8 / 25.1, stage B alone T=1
+// 13.3 / 15.0, q_a + kv whole T=1 25.9 / 28.2; V2-Lite (512 tiles: one per warp either way) lost
+// with the ring (whole T=1 11.9 / 10.5, T=16 17.1 / 12.2, both with L2 prefetches then).
 inline bool mla_decode_stage_b_ring(int64_t tiles, int64_t held_plan_warps) {
   return tiles > held_plan_warps;
 }

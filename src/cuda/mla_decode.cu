@@ -24,12 +24,11 @@
 //                              rotates (mla_rope.h: every style and form, NaN past the table)
 //                              into the cache row and stage B's k_pe.
 //   K3 mla_decode_stage_b      persistent warps over 8-row tiles of kv_b_weight (all R columns):
-//                              the first tile's weights are loaded into registers and the next
-//                              tile prefetched into L2 BEFORE waiting for K2, so kv_b's stream
-//                              overlaps stage A (at one token tile with more tiles than the
-//                              held plan's warps, heuristics.h: a ring of 4 K-blocks in
-//                              registers, the rest of the first tile into L2, 4 blocks per SM);
-//                              every later tile is prefetched into L2 one tile ahead; then
+//                              the first tile's weights are loaded into registers BEFORE
+//                              waiting for K2, so kv_b's stream overlaps stage A (at one token
+//                              tile with more tiles than the held plan's warps, heuristics.h: a
+//                              ring of 4 K-blocks in registers, 4 blocks per SM); no L2
+//                              prefetches (they slowed a fresh stream: docs/perf.md); then
 //                              c [T, R] (dtype) and k_pe go into shared memory by cp.async
 //                              where the rows are whole vectors (opted in past 48 KB
 //                              from 17 tokens), K[t, h, :dn] and V[t, h, :] are written straight
@@ -173,11 +172,6 @@ __device__ __forceinline__ uint4 load_or_zero(const T* p, bool valid) {
 
 __device__ __forceinline__ uint4 shared_vector(const void* p) {
   return *reinterpret_cast<const uint4*>(p);
-}
-
-// The line holding p into L2 (stage B's next tile while stage A still streams).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
 // acc += A [16 tokens, K-block kb] @ W [kb, 8 rows]: x0 holds A row g's 8 columns at 8q, x1 row
@@ -353,8 +347,9 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
   return sum;
 }
 
-// Partials a K2 thread loads at once: V3's 28 chunks of D (kMinChunk) in two round trips.
-constexpr int kPartialBatch = 16;
+// Partials a K2 thread loads at once: V3's 28 chunks of D (kMinChunk) in one round trip (two
+// batches of 16 measured 1.0 us slower on V3's first stage at T = 1; 48 registers either way).
+constexpr int kPartialBatch = 32;
 // K2's registers (<= 48) leave room for one of its blocks beside two of K1 (2 x 256 x 102 of the
 // 64K registers), so it is resident and has read gamma and cos/sin before K1 ends.
 constexpr int kEpilogueBlocksPerSm = 5;
@@ -558,26 +553,10 @@ __device__ __forceinline__ void store_kv(const DecodeParams& p, int t, int n, fl
   }
 }
 
-// The kv_b rows of `tile` into L2 from 128-byte line `first_line` of each row on, a warp's 8 rows
-// of lines spread over its lanes.
-template <typename T>
-__device__ __forceinline__ void prefetch_tile(const DecodeParams& p, const T* kv_b, int tile,
-                                              int lane, int first_line = 0) {
-  const int lines = ceil_div(p.kv_rank * static_cast<int>(sizeof(T)), 128) - first_line;
-  for (int i = lane; i < kTileRows * lines; i += 32) {
-    const int n = tile * kTileRows + i / lines;
-    if (n < p.b_rows) {
-      prefetch_l2(reinterpret_cast<const char*>(kv_b + static_cast<int64_t>(n) * p.kv_b_ld) +
-                  (first_line + i % lines) * 128);
-    }
-  }
-}
-
 // K3's loop at one token tile with the ring: the warp's (tile, step of kLoads K-blocks) positions
 // in order, w holding the current one's weights. Each K-block's MMAs are followed (in source
 // order) by the load of the next position's same K-block into its registers: the same tile's
-// next step, else the next tile's first, so the loads never wait for a tile's end. Every tile
-// after the warp's first is prefetched into L2 a tile ahead, as in the held-tile loop.
+// next step, else the next tile's first, so the loads never wait for a tile's end.
 template <typename T, int kLoads>
 __device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const T* a, int ld, int first,
                                              int stride, int tiles, int lane,
@@ -605,10 +584,7 @@ __device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const T* a, 
                             : nullptr;
     const int next_left = p.kv_rank - next_k0 - 8 * q;
     const int left = p.kv_rank - k0 - 8 * q;
-    if (k0 == 0) {
-      acc.zero();
-      if (tile != first && tile + stride < tiles) prefetch_tile<T>(p, kv_b, tile + stride, lane);
-    }
+    if (k0 == 0) acc.zero();
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) {
       if (k0 + j * kKBlock < p.kv_rank) {  // warp-uniform; A columns past R are zeros
@@ -631,10 +607,9 @@ __device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const T* a, 
   }
 }
 
-// K3. Warp w of block b walks the tiles b * 8 + w, + 8 * gridDim.x, ...; kM token tiles. Each
-// tile's rows were prefetched into L2 while the warp worked on the tile before, so a warp keeps
-// two tiles of kv_b in flight with one tile of registers (kRing, one token tile only: one step of
-// registers, the rest of its first tile prefetched into L2 before the wait).
+// K3. Warp w of block b walks the tiles b * 8 + w, + 8 * gridDim.x, ...; kM token tiles, one tile
+// of registers (kRing, one token tile only: one step of 4 K-blocks, each reloaded for the next
+// step or tile after its MMAs).
 template <typename T, int kM, bool kRing>
 __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
     mla_decode_stage_b(const __grid_constant__ DecodeParams p) {
@@ -658,13 +633,6 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   // Before the wait: kv_b is not written by stage A.
   uint4 w[kStageBLoads<kM, kRing>];
   load_row_step<T, kStageBLoads<kM, kRing>>(row_of(first), 0, p.kv_rank, q, w);
-  if constexpr (kRing) {
-    static_assert(kStageBStep<kM, kRing> * sizeof(T) % 128 == 0, "a step is whole 128-byte lines");
-    if (first < tiles) {
-      prefetch_tile<T>(p, kv_b, first, lane, kStageBStep<kM, kRing> * sizeof(T) / 128);
-    }
-  }
-  if (first + stride < tiles) prefetch_tile<T>(p, kv_b, first + stride, lane);
   wait_for_previous_stage();
 
   // Every token's sources first (a cache slot is a load), then all rows' loads in flight at once.
@@ -692,7 +660,6 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   } else {
     for (int tile = first; tile < tiles; tile += stride) {
       const T* row = row_of(tile);
-      if (tile != first && tile + stride < tiles) prefetch_tile<T>(p, kv_b, tile + stride, lane);
       Acc<kM, kStageBChains<kM>> acc;
       acc.zero();
       for (int k0 = 0; k0 < p.kv_rank; k0 += kStageBStep<kM, kRing>) {

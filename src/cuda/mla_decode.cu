@@ -538,18 +538,37 @@ __device__ __forceinline__ void stage_rows(T* dst, int ld, const T* const* src, 
   }
 }
 
-// One output of stage B: row n of kv_b (head n / (dn + dv)) for token t, into K or V.
-template <typename T>
-__device__ __forceinline__ void store_kv(const DecodeParams& p, int t, int n, float value) {
-  if (t >= p.tokens || n >= p.b_rows) return;
+// K3's output rows: the element offset of each token's K and V row (token_offset of their
+// strides), in shared memory once per block, so that no store divides by S.
+struct OutRows {
+  const int64_t* k;  // [T]
+  const int64_t* v;  // [T]
+};
+
+// Where row n of kv_b lands in a token's outputs: K's column j of head h (j < dn), else V's
+// column j - dn; past the last row nowhere. Found once per tile column, not per store.
+struct OutColumn {
+  int64_t offset;  // within the token's K or V row
+  bool to_k, valid;
+};
+
+__device__ __forceinline__ OutColumn out_column(const DecodeParams& p, int n) {
   const int width = p.nope_dim + p.v_dim;
-  const int h = n / width, j = n % width;
-  if (j < p.nope_dim) {
-    static_cast<T*>(p.k.data)[token_offset(t, p.seq, p.k.stride_batch, p.k.stride_seq) +
-                              h * p.k.stride_head + j] = from_float<T>(value);
+  const int h = n / width, j = n - h * width;
+  if (n >= p.b_rows) return {0, false, false};
+  if (j < p.nope_dim) return {h * p.k.stride_head + j, true, true};
+  return {h * p.v_stride_head + (j - p.nope_dim), false, true};
+}
+
+// One output of stage B: token t at column c, rounded once.
+template <typename T>
+__device__ __forceinline__ void store_kv(const DecodeParams& p, const OutRows& rows, int t,
+                                         const OutColumn& c, float value) {
+  if (t >= p.tokens || !c.valid) return;
+  if (c.to_k) {
+    static_cast<T*>(p.k.data)[rows.k[t] + c.offset] = from_float<T>(value);
   } else {
-    static_cast<T*>(p.v)[token_offset(t, p.seq, p.v_stride_batch, p.v_stride_seq) +
-                         h * p.v_stride_head + (j - p.nope_dim)] = from_float<T>(value);
+    static_cast<T*>(p.v)[rows.v[t] + c.offset] = from_float<T>(value);
   }
 }
 
@@ -558,8 +577,8 @@ __device__ __forceinline__ void store_kv(const DecodeParams& p, int t, int n, fl
 // order) by the load of the next position's same K-block into its registers: the same tile's
 // next step, else the next tile's first, so the loads never wait for a tile's end.
 template <typename T, int kLoads>
-__device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const T* a, int ld, int first,
-                                             int stride, int tiles, int lane,
+__device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const OutRows& rows, const T* a,
+                                             int ld, int first, int stride, int tiles, int lane,
                                              uint4 (&w)[kLoads]) {
   constexpr int kStep = kLoads * kKBlock;
   static_assert(kStep % (2 * kKBlock) == 0, "a step keeps the chains on K-block parity");
@@ -597,10 +616,11 @@ __device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const T* a, 
     }
     if (next_k0 == 0) {  // the tile's last step: its outputs (token g: 0, 1; g + 8: 2, 3)
       const int n = tile * kTileRows + 2 * q;
-      store_kv<T>(p, g, n, acc.value(0, 0));
-      store_kv<T>(p, g, n + 1, acc.value(0, 1));
-      store_kv<T>(p, g + 8, n, acc.value(0, 2));
-      store_kv<T>(p, g + 8, n + 1, acc.value(0, 3));
+      const OutColumn c0 = out_column(p, n), c1 = out_column(p, n + 1);
+      store_kv<T>(p, rows, g, c0, acc.value(0, 0));
+      store_kv<T>(p, rows, g, c1, acc.value(0, 1));
+      store_kv<T>(p, rows, g + 8, c0, acc.value(0, 2));
+      store_kv<T>(p, rows, g + 8, c1, acc.value(0, 3));
     }
     tile = next_tile;
     k0 = next_k0;
@@ -638,25 +658,28 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   // Every token's sources first (a cache slot is a load), then all rows' loads in flight at once.
   __shared__ const T* c_src[kMaxTokens];
   __shared__ const T* pe_src[kMaxTokens];
+  __shared__ int64_t k_rows[kMaxTokens], v_rows[kMaxTokens];
   for (int t = threadIdx.x; t < p.tokens; t += kThreads) {
     stage_b_sources<T>(p, t, &c_src[t], &pe_src[t]);
+    k_rows[t] = token_offset(t, p.seq, p.k.stride_batch, p.k.stride_seq);
+    v_rows[t] = token_offset(t, p.seq, p.v_stride_batch, p.v_stride_seq);
   }
+  const OutRows rows{k_rows, v_rows};
   __syncthreads();
   stage_rows<T>(a, ld, c_src, p.tokens, p.kv_rank, p.c_vectors);
   stage_rows<T>(pe, p.rope_dim, pe_src, p.tokens, p.rope_dim, p.pe_vectors);
   wait_async_copies();
   __syncthreads();
 
-  // K's k_pe columns, spread over the grid.
-  const int pe_columns = p.tokens * p.heads * p.rope_dim;
-  for (int i = blockIdx.x * kThreads + threadIdx.x; i < pe_columns; i += gridDim.x * kThreads) {
-    const int j = i % p.rope_dim, h = (i / p.rope_dim) % p.heads, t = i / (p.rope_dim * p.heads);
-    static_cast<T*>(p.k.data)[token_offset(t, p.seq, p.k.stride_batch, p.k.stride_seq) +
-                              h * p.k.stride_head + p.nope_dim + j] = pe[t * p.rope_dim + j];
+  // K's k_pe columns: a warp per (token, head) row over the grid, its lanes along the row.
+  for (int r = blockIdx.x * kWarps + warp; r < p.tokens * p.heads; r += gridDim.x * kWarps) {
+    const int t = r / p.heads, h = r - t * p.heads;
+    T* dst = static_cast<T*>(p.k.data) + k_rows[t] + h * p.k.stride_head + p.nope_dim;
+    for (int j = lane; j < p.rope_dim; j += 32) dst[j] = pe[t * p.rope_dim + j];
   }
 
   if constexpr (kRing) {
-    stage_b_ring<T, kStageBLoads<kM, kRing>>(p, a, ld, first, stride, tiles, lane, w);
+    stage_b_ring<T, kStageBLoads<kM, kRing>>(p, rows, a, ld, first, stride, tiles, lane, w);
   } else {
     for (int tile = first; tile < tiles; tile += stride) {
       const T* row = row_of(tile);
@@ -670,13 +693,14 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
                                                  w);
       }
       const int n = tile * kTileRows + 2 * q;
+      const OutColumn c0 = out_column(p, n), c1 = out_column(p, n + 1);
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
         const int t0 = m * kMTile + g, t1 = t0 + 8;
-        store_kv<T>(p, t0, n, acc.value(m, 0));
-        store_kv<T>(p, t0, n + 1, acc.value(m, 1));
-        store_kv<T>(p, t1, n, acc.value(m, 2));
-        store_kv<T>(p, t1, n + 1, acc.value(m, 3));
+        store_kv<T>(p, rows, t0, c0, acc.value(m, 0));
+        store_kv<T>(p, rows, t0, c1, acc.value(m, 1));
+        store_kv<T>(p, rows, t1, c0, acc.value(m, 2));
+        store_kv<T>(p, rows, t1, c1, acc.value(m, 3));
       }
     }
   }
@@ -793,8 +817,9 @@ int64_t stage_b_smem(const MlaProblem& p, int64_t eb) {
   return eb * p.tokens() * (smem_ld(static_cast<int>(p.kv_rank)) + p.rope_dim);
 }
 
-// K3's static shared memory (the per-token source pointers), which the opt-in limit includes.
-constexpr int64_t kStageBStaticSmem = 2 * kMaxTokens * sizeof(const void*);
+// K3's static shared memory (the per-token source pointers and output rows), which the opt-in
+// limit includes.
+constexpr int64_t kStageBStaticSmem = 2 * kMaxTokens * (sizeof(const void*) + sizeof(int64_t));
 
 template <typename T, int kM>
 cudaError_t opt_in_stage_b(size_t device_limit) {

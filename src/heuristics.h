@@ -41,12 +41,20 @@ constexpr int64_t kDecodeTcMaxTokens = 8;
 // ---- cuda-mla-decode against cuda-mla-gemm (the MLA path) ----
 // Few tokens make both stages weight streams, which the decode kernels spread over every SM in
 // three chained launches where cuBLAS runs GEMV shapes on a fraction of them. The kernels take up
-// to 64 tokens, but past 16 their stage B re-reads c from shared memory per 8-row tile and loses:
-// V3 (no q_a) whole path T=16 26.1 against 26.0 us, T=32 34.0 against 27.0, T=64 56 against 29;
-// V2-Lite wins to T=32 (15.7 against 17.4) and loses at 64 (28 against 18).
+// to 64 tokens, but past 16 their stage B reads c's A fragments from shared memory per 8-row
+// tile, which grows with the kv_b tiles: whole path decode / gemm, us, V3 (no q_a, 33.5 MB of
+// kv_b) T=16 22.7 / 25.9, T=32 29.2 / 26.8, T=64 41.4 / 28.6; V2-Lite (4.2 MB) T=16 11.6 / 16.9,
+// T=32 13.7 / 17.3, T=48 20.3 / 17.4, T=64 24.5 / 17.6; its stage B alone T=32 7.6 / 10.7. So
+// up to 16 tokens everywhere, up to 32 where a call runs stage B on at most 8 MB of kv_b (the
+// first stage alone was measured to 16 only).
 constexpr int64_t kMlaDecodeMaxTokens = 16;
+constexpr int64_t kMlaDecodeSmallKvbMaxTokens = 32;
+constexpr int64_t kMlaDecodeSmallKvbBytes = int64_t{8} << 20;
 inline bool cuda_mla_decode_preferred(const MlaProblem& p) {
-  return p.tokens() <= kMlaDecodeMaxTokens;
+  if (p.tokens() <= kMlaDecodeMaxTokens) return true;
+  const int64_t kv_b_bytes = p.kv_b_rows() * p.kv_rank * element_size(p.dtype);
+  return p.stage != MlaStage::kFirst && p.tokens() <= kMlaDecodeSmallKvbMaxTokens &&
+         kv_b_bytes <= kMlaDecodeSmallKvbBytes;
 }
 inline bool cuda_mla_gemm_preferred(const MlaProblem& p) { return !cuda_mla_decode_preferred(p); }
 // cuda-mla-decode's stage A plans one block per SM (room for a stage-B block beside it, whose kv_b

@@ -12,6 +12,7 @@
 
 #include "backends.h"
 #include "heuristics.h"
+#include "mla_reference.h"
 #include "testing.h"
 
 namespace latentkv::testing {
@@ -148,6 +149,25 @@ TEST(DecodeArguments, RefusedWithTheArgumentNamed) {
 }
 
 // The table's two cuda-decode rows share one Strategy id and split the dtypes between them.
+// cuda-mla-decode under kAuto: up to 16 tokens at any size and stage, up to 32 where stage B
+// runs on at most 8 MB of kv_b (heuristics.h), cuda-mla-gemm past that.
+TEST(MlaDecodeDispatch, SixteenTokensOrThirtyTwoOnSmallKvb) {
+  MlaProblem small = mla_shape(2048, 0, 512, 64, 16, 128, 128);  // V2-Lite bf16: 4.2 MB of kv_b
+  MlaProblem large = small;
+  large.heads = 128;  // V3: 33.5 MB
+  for (MlaStage stage : {MlaStage::kBoth, MlaStage::kSecond, MlaStage::kFirst}) {
+    small.stage = large.stage = stage;
+    for (int64_t tokens : {1, 16, 17, 32, 33, 64}) {
+      small.seq = large.seq = tokens;
+      const bool small_decode = tokens <= 16 || (tokens <= 32 && stage != MlaStage::kFirst);
+      EXPECT_EQ(detail::cuda_mla_decode_preferred(small), small_decode)
+          << "T = " << tokens << ", stage " << to_string(stage);
+      EXPECT_EQ(detail::cuda_mla_decode_preferred(large), tokens <= 16) << "T = " << tokens;
+      EXPECT_NE(detail::cuda_mla_decode_preferred(small), detail::cuda_mla_gemm_preferred(small));
+    }
+  }
+}
+
 TEST(StrategyTable, OneRowPerStrategyAndDtypeFamily) {
   const auto& table = detail::projection_strategies();
   for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {

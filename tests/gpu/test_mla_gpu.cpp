@@ -630,8 +630,8 @@ std::vector<MlaCase> preset_cases_mla() {
 // that stop folding, positions past the table; the token tiles' edges (a tile, a tile + 1, two,
 // three run as four, four - 1, four) at every stage, dtype and cache layout; the presets at T = 1,
 // 16 and 64 (V3: 7 chunks of 4 steps, 6 q_a slices, more kv_b tiles than warps); under kAuto,
-// kMlaDecodeMaxTokens picks it, while one token more and rows of 3-element pads fall back to
-// cuda-mla-gemm.
+// kMlaDecodeMaxTokens (and kMlaDecodeSmallKvbMaxTokens on a small kv_b) pick it, while one token
+// more, the first stage alone past 16 and rows of 3-element pads fall back to cuda-mla-gemm.
 std::vector<MlaCase> decode_cases() {
   constexpr DType kHalfTypes[] = {DType::kBFloat16, DType::kFloat16};
   std::vector<MlaCase> cases;
@@ -737,9 +737,19 @@ std::vector<MlaCase> decode_cases() {
   picked.problem.batch = 1;
   picked.problem.seq = detail::kMlaDecodeMaxTokens;
   cases.push_back(picked);
+  MlaCase small_kv_b = picked;  // this kv_b is far under kMlaDecodeSmallKvbBytes
+  small_kv_b.name = "auto-small-kvb";
+  small_kv_b.problem.seq = detail::kMlaDecodeSmallKvbMaxTokens;
+  cases.push_back(small_kv_b);
+  MlaCase first_past = picked;
+  first_past.name = "auto-first-past";
+  first_past.problem.seq = detail::kMlaDecodeMaxTokens + 1;
+  first_past.problem.stage = MlaStage::kFirst;
+  first_past.expect_selected = Strategy::kCudaMlaGemm;
+  cases.push_back(first_past);
   MlaCase past = picked;
   past.name = "auto-past";
-  past.problem.seq = detail::kMlaDecodeMaxTokens + 1;
+  past.problem.seq = detail::kMlaDecodeSmallKvbMaxTokens + 1;
   past.expect_selected = Strategy::kCudaMlaGemm;
   cases.push_back(past);
   MlaCase past_tiles = past;  // what the kernels cannot take, whatever the heuristic says
@@ -928,7 +938,7 @@ TEST(MlaDecodeGpu, RefusesPast64TokensAndPartialVectorRows) {
   p.seq = kMaxTokens;
   EXPECT_TRUE(check(p, args_for(p), forced).ok());
   EXPECT_EQ(selected(args_for(p)),
-            kMaxTokens <= detail::kMlaDecodeMaxTokens ? "cuda-mla-decode" : "cuda-mla-gemm");
+            detail::cuda_mla_decode_preferred(p) ? "cuda-mla-decode" : "cuda-mla-gemm");
 
   p.seq = detail::kMlaDecodeMaxTokens;
   MlaArgs a = args_for(p);

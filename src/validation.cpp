@@ -27,7 +27,7 @@ Status check_layout(const char* tensor, const Dim* dims, int rank, int64_t elem_
         return invalid(std::string(d.stride_name) + " = " + std::to_string(d.stride) +
                        " is negative");
       }
-      if (d.extent > 1 && d.stride < inner_extent) {
+      if (d.extent > 1 && d.stride < inner_extent && !(d.shared && d.stride == 0)) {
         return invalid(std::string(d.stride_name) + " = " + std::to_string(d.stride) + " for " +
                        tensor + " is smaller than the " + std::to_string(inner_extent) +
                        " elements of the dimensions inside it, so rows would overlap");

@@ -26,6 +26,7 @@ struct Dim {
   int64_t extent;
   int64_t stride;
   const char* stride_name;  // the Args field, for messages; null for the contiguous inner dim
+  bool shared = false;      // a read-only input's dimension that may be broadcast (stride 0)
 };
 
 // The element offsets a tensor touches, relative to its base pointer.

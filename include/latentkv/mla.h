@@ -98,6 +98,8 @@ struct MlaArgs {
   //  transformers': cos and sin [B, S, dr] as its rotary embedding returns them (cat(freqs,
   //          freqs)): for kInterleave and kNeox output column j uses cos[j], sin[j]; for kGptJ
   //          pair i uses cos[i], sin[i] (the first half).
+  // positions and cos/sin may give every batch row the same rows: stride_batch 0 (transformers'
+  // rotary embedding returns [1, S, dr] for position ids shared by the batch).
   const int64_t* positions = nullptr;  // [B, S]
   int64_t positions_stride_batch = 0, positions_stride_seq = 0;
   const void* cos_sin_cache = nullptr;  // [max_position, dr], rope_dtype

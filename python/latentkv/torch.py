@@ -205,8 +205,8 @@ _mla_second_op = torch.ops.latentkv.mla_kv_second_stage.default
 
 def _batch_rows(batch, *tables):
     # transformers' rotary embedding returns (1, S, dr) for position ids shared by the batch;
-    # latentkv reads one row per token (an input may not overlap itself), so copy it per batch.
-    return tuple(t.expand(batch, *t.shape[1:]).contiguous()
+    # latentkv reads such a row for every batch row through a batch stride of 0 (no copy).
+    return tuple(t.expand(batch, *t.shape[1:])
                  if t is not None and t.shape[0] == 1 and batch > 1 else t for t in tables)
 
 

@@ -82,6 +82,22 @@ def test_bf16_within_twice_deepseek_v3_attention_error():
         assert rel_error(o, r) <= 2 * rel_error(h, r)
 
 
+@pytest.mark.parametrize("tokens", [8, 40])  # kAuto: cuda-mla-decode, then cuda-mla-gemm
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_shared_batch_row_of_cos_sin(tokens, dtype):
+    # transformers' (1, S, dr) cos/sin for a batch of 3, read through a batch stride of 0: the
+    # result equals the one from cos/sin copied per batch row, bit for bit.
+    shape = (3, tokens, 256, 64, 16, 4, 32, 16, 0)
+    args = on_cuda(layer(*shape, seed=9), dtype)
+    args["cos"], args["sin"] = args["cos"][:1], args["sin"][:1]
+    pos, kw = split_call(args)
+    shared = lt.mla_kv(*pos, **kw)
+    copied = lt.mla_kv(*pos, **{**kw, "cos": kw["cos"].expand(3, -1, -1).contiguous(),
+                                "sin": kw["sin"].expand(3, -1, -1).contiguous()})
+    for a, b in zip(shared, copied):
+        assert torch.equal(a, b)
+
+
 def test_stages_alone_paged_cache_and_positions():
     b, s, d, r, dr, h, dn, dv, rq = shape = (2, 9, 256, 64, 16, 4, 32, 16, 48)
     args = on_cuda(layer(*shape, seed=3), torch.float32)

@@ -268,12 +268,13 @@ Status add_tensor(const char* name, const void* base, const Dim* dims, int rank,
   return Status::Ok();
 }
 
-// The token tensors [B, S, width] (width contiguous).
+// The token tensors [B, S, width] (width contiguous); a shared_batch input may give every batch
+// row the same rows (stride_batch 0: transformers' cos/sin for position ids shared by the batch).
 Status add_token_tensor(const char* name, const void* base, int64_t stride_batch,
                         const char* stride_batch_name, int64_t stride_seq,
                         const char* stride_seq_name, const MlaProblem& p, int64_t width,
-                        int64_t eb, std::vector<Range>* into) {
-  const Dim dims[] = {{p.batch, stride_batch, stride_batch_name},
+                        int64_t eb, std::vector<Range>* into, bool shared_batch = false) {
+  const Dim dims[] = {{p.batch, stride_batch, stride_batch_name, shared_batch},
                       {p.seq, stride_seq, stride_seq_name},
                       {width, 1, nullptr}};
   return add_tensor(name, base, dims, 3, eb, into);
@@ -309,7 +310,8 @@ Status check_rope(const MlaProblem& p, const MlaArgs& a, Ranges* r) {
     }
     LATENTKV_RETURN_IF_ERROR(add_token_tensor(
         "positions", a.positions, a.positions_stride_batch, "args.positions_stride_batch",
-        a.positions_stride_seq, "args.positions_stride_seq", p, 1, sizeof(int64_t), &r->inputs));
+        a.positions_stride_seq, "args.positions_stride_seq", p, 1, sizeof(int64_t), &r->inputs,
+        true));
     return add_matrix("cos_sin_cache", a.cos_sin_cache, a.max_position,
                       a.cos_sin_cache_stride_row, "args.cos_sin_cache_stride_row", p.rope_dim, rb,
                       &r->inputs);
@@ -318,9 +320,11 @@ Status check_rope(const MlaProblem& p, const MlaArgs& a, Ranges* r) {
   LATENTKV_RETURN_IF_ERROR(require_tokens(p, {a.sin, "sin"}, "args.cos needs it"));
   LATENTKV_RETURN_IF_ERROR(add_token_tensor("cos", a.cos, a.cos_stride_batch,
                                             "args.cos_stride_batch", a.cos_stride_seq,
-                                            "args.cos_stride_seq", p, p.rope_dim, rb, &r->inputs));
+                                            "args.cos_stride_seq", p, p.rope_dim, rb, &r->inputs,
+                                            true));
   return add_token_tensor("sin", a.sin, a.cos_stride_batch, "args.cos_stride_batch",
-                          a.cos_stride_seq, "args.cos_stride_seq", p, p.rope_dim, rb, &r->inputs);
+                          a.cos_stride_seq, "args.cos_stride_seq", p, p.rope_dim, rb, &r->inputs,
+                          true);
 }
 
 // The latent cache and its slots; `written` says whether the stage writes it (stage A) or reads

@@ -468,6 +468,45 @@ TEST(MlaCpu, PositionsPastTheCosSinCacheGiveNanKPe) {
   }
 }
 
+// positions and cos/sin given as one batch row shared by every batch row (stride_batch 0, as
+// transformers' rotary embedding returns [1, S, dr] for shared position ids) give what the same
+// rows copied per batch give; a shared sequence stride is still refused.
+TEST(MlaCpu, SharedBatchRowOfRopeInputs) {
+  for (RopeForm form : {RopeForm::kPositions, RopeForm::kCosSin}) {
+    MlaCall c;
+    c.p = small_problem(MlaStage::kBoth);
+    c.p.batch = 3;
+    c.form = form;
+    c.pad = 1;
+    c.in = random_mla_inputs(c.p, 11);
+    const size_t seq = static_cast<size_t>(c.p.seq), dr = static_cast<size_t>(c.p.rope_dim);
+    for (size_t b = 1; b < static_cast<size_t>(c.p.batch); ++b) {  // every row equal to row 0
+      std::copy_n(c.in.positions.begin(), seq, c.in.positions.begin() + b * seq);
+      std::copy_n(c.in.cos.begin(), seq * dr, c.in.cos.begin() + b * seq * dr);
+      std::copy_n(c.in.sin.begin(), seq * dr, c.in.sin.begin() + b * seq * dr);
+    }
+    build(&c);
+    if (form == RopeForm::kPositions) {
+      c.args.positions_stride_batch = 0;
+    } else {
+      c.args.cos_stride_batch = 0;
+    }
+    ASSERT_TRUE(check(c.p, c.args, cpu_options()).ok());
+    ASSERT_TRUE(run(c.p, c.args, cpu_options()).ok());
+    expect_matches(c, reference_mla(c.p, c.in, c.form),
+                   std::string("one shared batch row, ") + to_string(form));
+    MlaArgs seq_shared = c.args;
+    (form == RopeForm::kPositions ? seq_shared.positions_stride_seq : seq_shared.cos_stride_seq) =
+        0;
+    const Status refused = check(c.p, seq_shared, cpu_options());
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.message().find(form == RopeForm::kPositions ? "args.positions_stride_seq = 0"
+                                                                  : "args.cos_stride_seq = 0"),
+              std::string::npos)
+        << refused.message();
+  }
+}
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }

@@ -40,21 +40,34 @@ constexpr int64_t kDecodeTcMaxTokens = 8;
 
 // ---- cuda-mla-decode against cuda-mla-gemm (the MLA path) ----
 // Few tokens make both stages weight streams, which the decode kernels spread over every SM in
-// three chained launches where cuBLAS runs GEMV shapes on a fraction of them. The kernels take up
-// to 64 tokens, but past 16 their stage B reads c's A fragments from shared memory per 8-row
-// tile, which grows with the kv_b tiles: whole path decode / gemm, us, V3 (no q_a, 33.5 MB of
-// kv_b) T=16 22.7 / 25.9, T=32 29.2 / 26.8, T=64 41.4 / 28.6; V2-Lite (4.2 MB) T=16 11.6 / 16.9,
-// T=32 13.7 / 17.3, T=48 20.3 / 17.4, T=64 24.5 / 17.6; its stage B alone T=32 7.6 / 10.7. So
-// up to 16 tokens everywhere, up to 32 where a call runs stage B on at most 8 MB of kv_b (the
-// first stage alone was measured to 16 only).
+// three chained launches where cuBLAS runs GEMV shapes on a fraction of them.
+// Past 16 tokens the kernels either run their one-tile kernels over windows of 16 tokens (more
+// blocks; each window's blocks read the weights again, from L2 where they are small) or their 2-
+// and 4-tile kernels (one pass over the weights). Windows where every weight matrix the call
+// streams (stage A's [q_a; kv_a], stage B's kv_b) is at most kMlaDecodeSmallWeightBytes: V2-Lite
+// (2.4 + 4.2 MB), windows / tiles, us: whole path T=48 14.2 / 20.3, T=64 16.3 / 24.5, stage B
+// alone T=64 7.95 / 12.9, first stage T=32 7.40 / 7.71 (T=64 10.3 / 9.79).
+constexpr int64_t kMlaDecodeSmallWeightBytes = int64_t{8} << 20;
+inline bool mla_decode_token_windows(const MlaProblem& p) {
+  const int64_t eb = element_size(p.dtype);
+  const int64_t stage_a = (p.q_rank + p.cache_width()) * p.model_dim * eb;
+  const int64_t stage_b = p.kv_b_rows() * p.kv_rank * eb;
+  return (p.stage == MlaStage::kSecond || stage_a <= kMlaDecodeSmallWeightBytes) &&
+         (p.stage == MlaStage::kFirst || stage_b <= kMlaDecodeSmallWeightBytes);
+}
+// kAuto: decode up to 16 tokens everywhere; with windows, up to 64 (all it takes) where stage B
+// runs and 32 for the first stage alone. Same calls (14:12-14:38 UTC), decode / gemm, us: V2-Lite
+// whole T=16 11.6 / 16.9, T=32 12.8 / 17.4, T=64 16.3 / 17.7, stage B alone T=64 7.95 / 10.95,
+// first stage T=32 7.40 / 9.84, T=64 10.3 / 9.96; V3 (33.5 MB of kv_b, no windows) whole T=16
+// 22.7 / 25.9, T=32 29.2 / 26.8, T=64 41.4 / 28.6.
 constexpr int64_t kMlaDecodeMaxTokens = 16;
-constexpr int64_t kMlaDecodeSmallKvbMaxTokens = 32;
-constexpr int64_t kMlaDecodeSmallKvbBytes = int64_t{8} << 20;
+constexpr int64_t kMlaDecodeWindowsMaxTokens = 64;
+constexpr int64_t kMlaDecodeWindowsFirstMaxTokens = 32;
 inline bool cuda_mla_decode_preferred(const MlaProblem& p) {
   if (p.tokens() <= kMlaDecodeMaxTokens) return true;
-  const int64_t kv_b_bytes = p.kv_b_rows() * p.kv_rank * element_size(p.dtype);
-  return p.stage != MlaStage::kFirst && p.tokens() <= kMlaDecodeSmallKvbMaxTokens &&
-         kv_b_bytes <= kMlaDecodeSmallKvbBytes;
+  if (!mla_decode_token_windows(p)) return false;
+  return p.tokens() <= (p.stage == MlaStage::kFirst ? kMlaDecodeWindowsFirstMaxTokens
+                                                     : kMlaDecodeWindowsMaxTokens);
 }
 inline bool cuda_mla_gemm_preferred(const MlaProblem& p) { return !cuda_mla_decode_preferred(p); }
 // cuda-mla-decode's stage A plans one block per SM (room for a stage-B block beside it, whose kv_b

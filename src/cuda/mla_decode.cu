@@ -3,7 +3,9 @@
 // the weights with 16-byte loads (all of a step's loads issued before any is used) into
 // mma.sync m16n8k16 with the tokens as the M side: 1, 2 or 4 token tiles of 16 (a template
 // argument; T = 1 and T = 16 cost the same instructions, rows past T are zeros), each weight
-// fragment feeding every tile, and a weight row per n column. A K-block of 32 columns is one
+// fragment feeding every tile, and a weight row per n column. On small weights (heuristics.h) a
+// call past 16 tokens runs the one-tile kernels over windows of 16 tokens instead (K1's
+// blockIdx.z, K3's blockIdx.y: more blocks, each window reading the weights from L2 again). A K-block of 32 columns is one
 // 16-byte load per thread: thread (g = lane / 4, q = lane % 4) holds elements 8q .. 8q + 7 of
 // row g, which the two k16 MMAs of the block read as their k pairs {2q, 2q + 1, 2q + 8, 2q + 9}
 // (any fixed permutation of k works when A and B use the same one). Three launches, chained by
@@ -130,6 +132,7 @@ static_assert(2 * kMaxTokens * smem_ld(max_chunk(kMaxTokens)) <= kHiddenSmemByte
 
 struct DecodeParams {
   int tokens, seq;       // T, S
+  int window;            // tokens per block window: T, or one token tile (token_window)
   int model_dim;         // D
   int q_rows, a_rows;    // Rq run (0 without q_a), Rq run + R + dr
   int rows_ld;           // a_rows rounded up to whole tiles
@@ -172,6 +175,17 @@ __device__ __forceinline__ uint4 load_or_zero(const T* p, bool valid) {
 
 __device__ __forceinline__ uint4 shared_vector(const void* p) {
   return *reinterpret_cast<const uint4*>(p);
+}
+
+// The tokens [begin, begin + count) of window `index` (K1's blockIdx.z, K3's blockIdx.y): all T in
+// one window, or one token tile each where the launcher runs the one-tile kernels over T > 16.
+struct TokenWindow {
+  int begin, count;
+};
+
+__device__ __forceinline__ TokenWindow token_window(const DecodeParams& p, int index) {
+  const int begin = index * p.window;
+  return {begin, min(p.window, p.tokens - begin)};
 }
 
 // acc += A [16 tokens, K-block kb] @ W [kb, 8 rows]: x0 holds A row g's 8 columns at 8q, x1 row
@@ -256,8 +270,9 @@ template <typename T, int kM>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     mla_decode_stage_a(const __grid_constant__ DecodeParams p) {
   extern __shared__ uint4 smem_a[];
-  T* x = reinterpret_cast<T*>(smem_a);  // [T, ld]: hidden[:, k_begin .. k_end)
+  T* x = reinterpret_cast<T*>(smem_a);  // [window, ld]: hidden[window, k_begin .. k_end)
   allow_dependents();
+  const TokenWindow win = token_window(p, blockIdx.z);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, q = lane % 4;
   const int tile = blockIdx.x * kWarps + warp;
@@ -269,17 +284,18 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   uint4 wa[kStageALoads<kM>], wb[kStageALoads<kM>];
   load_row_step<T, kStageALoads<kM>>(row, k_begin, k_end, q, wa);
 
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < 2 * p.tokens) {
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x < 2 * p.tokens) {
     p.arrivals[threadIdx.x] = 0u;  // K2 counts its slices from here
   }
   // The hidden chunk by cp.async: every vector in flight at once (T = 64: 8 per thread), none
   // through registers. takes() checked hidden's 16-byte rows; D % 8 == 0.
   const int vectors = (k_end - k_begin) / 8;  // per token row
   const T* hidden = static_cast<const T*>(p.hidden);
-  for (int i = threadIdx.x; i < p.tokens * vectors; i += kThreads) {
+  for (int i = threadIdx.x; i < win.count * vectors; i += kThreads) {
     const int t = i / vectors, v = i % vectors;
-    const T* src =
-        hidden + token_offset(t, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) + k_begin;
+    const T* src = hidden +
+                   token_offset(win.begin + t, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) +
+                   k_begin;
     copy16_async(x + t * ld + 8 * v, src + 8 * v, true);
   }
   wait_async_copies();
@@ -290,26 +306,27 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   for (int k0 = k_begin; k0 < k_end; k0 += 2 * kStageAStep<kM>) {
     const int k1 = k0 + kStageAStep<kM>;
     if (k1 < k_end) load_row_step<T, kStageALoads<kM>>(row, k1, k_end, q, wb);
-    mma_step<T, kStageALoads<kM>, kM>(acc, x, ld, p.tokens, k0, k_begin, k_end, g, q, wa);
+    mma_step<T, kStageALoads<kM>, kM>(acc, x, ld, win.count, k0, k_begin, k_end, g, q, wa);
     if (k1 >= k_end) break;
     if (k1 + kStageAStep<kM> < k_end) {
       load_row_step<T, kStageALoads<kM>>(row, k1 + kStageAStep<kM>, k_end, q, wa);
     }
-    mma_step<T, kStageALoads<kM>, kM>(acc, x, ld, p.tokens, k1, k_begin, k_end, g, q, wb);
+    mma_step<T, kStageALoads<kM>, kM>(acc, x, ld, win.count, k1, k_begin, k_end, g, q, wb);
   }
 
   if (tile * kTileRows >= p.rows_ld) return;
   // Tile m: tokens 16m + g (values 0, 1) and 16m + g + 8 (2, 3) x rows 2q, 2q + 1 of the tile.
-  float* out = p.partials + static_cast<int64_t>(blockIdx.y) * p.tokens * p.rows_ld +
+  float* out = p.partials +
+               (static_cast<int64_t>(blockIdx.y) * p.tokens + win.begin) * p.rows_ld +
                tile * kTileRows + 2 * q;
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
     const int t0 = m * kMTile + g, t1 = t0 + 8;
-    if (t0 < p.tokens) {
+    if (t0 < win.count) {
       *reinterpret_cast<float2*>(out + static_cast<int64_t>(t0) * p.rows_ld) =
           make_float2(acc.value(m, 0), acc.value(m, 1));
     }
-    if (t1 < p.tokens) {
+    if (t1 < win.count) {
       *reinterpret_cast<float2*>(out + static_cast<int64_t>(t1) * p.rows_ld) =
           make_float2(acc.value(m, 2), acc.value(m, 3));
     }
@@ -541,8 +558,9 @@ __device__ __forceinline__ void stage_rows(T* dst, int ld, const T* const* src, 
 // K3's output rows: the element offset of each token's K and V row (token_offset of their
 // strides), in shared memory once per block, so that no store divides by S.
 struct OutRows {
-  const int64_t* k;  // [T]
-  const int64_t* v;  // [T]
+  const int64_t* k;  // [window]
+  const int64_t* v;  // [window]
+  int count;         // the window's tokens
 };
 
 // Where row n of kv_b lands in a token's outputs: K's column j of head h (j < dn), else V's
@@ -564,7 +582,7 @@ __device__ __forceinline__ OutColumn out_column(const DecodeParams& p, int n) {
 template <typename T>
 __device__ __forceinline__ void store_kv(const DecodeParams& p, const OutRows& rows, int t,
                                          const OutColumn& c, float value) {
-  if (t >= p.tokens || !c.valid) return;
+  if (t >= rows.count || !c.valid) return;
   if (c.to_k) {
     static_cast<T*>(p.k.data)[rows.k[t] + c.offset] = from_float<T>(value);
   } else {
@@ -588,7 +606,7 @@ __device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const OutRow
   // This thread's A rows g and g + 8 at its 8 columns of a K-block; rows past T are zeros.
   const T* a0 = a + g * ld + 8 * q;
   const T* a1 = a0 + 8 * ld;
-  const bool t0_in = g < p.tokens, t1_in = g + 8 < p.tokens;
+  const bool t0_in = g < rows.count, t1_in = g + 8 < rows.count;
   Acc<1, kStageBChains<1>> acc;
   for (int tile = first, k0 = 0; tile < tiles;) {
     int next_tile = tile, next_k0 = k0 + kStep;
@@ -636,8 +654,9 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   static_assert(!kRing || kM == 1, "the ring is the one-token-tile loop");
   extern __shared__ uint4 smem_b[];
   const int ld = smem_ld(p.kv_rank);
-  T* a = reinterpret_cast<T*>(smem_b);  // [T, ld]: c
-  T* pe = a + p.tokens * ld;            // [T, dr]: k_pe
+  const TokenWindow win = token_window(p, blockIdx.y);
+  T* a = reinterpret_cast<T*>(smem_b);  // [window, ld]: c
+  T* pe = a + win.count * ld;           // [window, dr]: k_pe
   allow_dependents();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, q = lane % 4;
@@ -659,20 +678,20 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   __shared__ const T* c_src[kMaxTokens];
   __shared__ const T* pe_src[kMaxTokens];
   __shared__ int64_t k_rows[kMaxTokens], v_rows[kMaxTokens];
-  for (int t = threadIdx.x; t < p.tokens; t += kThreads) {
-    stage_b_sources<T>(p, t, &c_src[t], &pe_src[t]);
-    k_rows[t] = token_offset(t, p.seq, p.k.stride_batch, p.k.stride_seq);
-    v_rows[t] = token_offset(t, p.seq, p.v_stride_batch, p.v_stride_seq);
+  for (int t = threadIdx.x; t < win.count; t += kThreads) {
+    stage_b_sources<T>(p, win.begin + t, &c_src[t], &pe_src[t]);
+    k_rows[t] = token_offset(win.begin + t, p.seq, p.k.stride_batch, p.k.stride_seq);
+    v_rows[t] = token_offset(win.begin + t, p.seq, p.v_stride_batch, p.v_stride_seq);
   }
-  const OutRows rows{k_rows, v_rows};
+  const OutRows rows{k_rows, v_rows, win.count};
   __syncthreads();
-  stage_rows<T>(a, ld, c_src, p.tokens, p.kv_rank, p.c_vectors);
-  stage_rows<T>(pe, p.rope_dim, pe_src, p.tokens, p.rope_dim, p.pe_vectors);
+  stage_rows<T>(a, ld, c_src, win.count, p.kv_rank, p.c_vectors);
+  stage_rows<T>(pe, p.rope_dim, pe_src, win.count, p.rope_dim, p.pe_vectors);
   wait_async_copies();
   __syncthreads();
 
   // K's k_pe columns: a warp per (token, head) row over the grid, its lanes along the row.
-  for (int r = blockIdx.x * kWarps + warp; r < p.tokens * p.heads; r += gridDim.x * kWarps) {
+  for (int r = blockIdx.x * kWarps + warp; r < win.count * p.heads; r += gridDim.x * kWarps) {
     const int t = r / p.heads, h = r - t * p.heads;
     T* dst = static_cast<T*>(p.k.data) + k_rows[t] + h * p.k.stride_head + p.nope_dim;
     for (int j = lane; j < p.rope_dim; j += 32) dst[j] = pe[t * p.rope_dim + j];
@@ -689,7 +708,7 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
         if (tile != first || k0 != 0) {
           load_row_step<T, kStageBLoads<kM, kRing>>(row, k0, p.kv_rank, q, w);
         }
-        mma_step<T, kStageBLoads<kM, kRing>, kM>(acc, a, ld, p.tokens, k0, 0, p.kv_rank, g, q,
+        mma_step<T, kStageBLoads<kM, kRing>, kM>(acc, a, ld, win.count, k0, 0, p.kv_rank, g, q,
                                                  w);
       }
       const int n = tile * kTileRows + 2 * q;
@@ -715,29 +734,33 @@ int q_rows_run(const MlaProblem& p, const MlaArgs& a) {
   return a.q_a != nullptr ? static_cast<int>(p.q_rank) : 0;
 }
 
-// Token tiles of a call of T tokens: 1, 2 or 4 (the instantiations; 3 runs as 4).
-int m_tiles(int64_t tokens) {
-  const int64_t tiles = ceil_div<int64_t>(tokens, kMTile);
+// Token tiles of a call's kernels: 1, 2 or 4 (the instantiations; 3 runs as 4); 1 where the
+// call runs in windows of one tile (mla_decode_token_windows, heuristics.h).
+int m_tiles(const MlaProblem& p) {
+  const int64_t tiles = ceil_div<int64_t>(p.tokens(), kMTile);
+  if (tiles > 1 && mla_decode_token_windows(p)) return 1;
   return tiles <= 1 ? 1 : tiles == 2 ? 2 : 4;
 }
 
-// K1's cut of D: about blocks_per_sm blocks on every SM (chunks of whole K-blocks, the last step
-// of a chunk may be partial), at least kMinChunk and at most max_chunk(T) columns.
+// K1's cut of D: about blocks_per_sm blocks on every SM over the row groups and `windows` token
+// windows (chunks of whole K-blocks, the last step of a chunk may be partial), at least kMinChunk
+// and at most max_chunk(window) columns.
 struct StageAPlan {
   int rows_ld, row_groups, chunk, chunks;
 };
 
-StageAPlan stage_a_plan(int64_t model_dim, int64_t rows, int sm_count, int tokens,
+StageAPlan stage_a_plan(int64_t model_dim, int64_t rows, int sm_count, int window, int windows,
                         int blocks_per_sm) {
   StageAPlan s;
   const int64_t tiles = ceil_div<int64_t>(rows, kTileRows);
   s.rows_ld = static_cast<int>(tiles * kTileRows);
   s.row_groups = static_cast<int>(ceil_div<int64_t>(tiles, kWarps));
   const int64_t max_chunks = ceil_div<int64_t>(model_dim, kMinChunk);
-  const int64_t wanted = ceil_div<int64_t>(int64_t{blocks_per_sm} * sm_count, s.row_groups);
+  const int64_t wanted =
+      ceil_div<int64_t>(int64_t{blocks_per_sm} * sm_count, int64_t{s.row_groups} * windows);
   const int64_t chunks = std::clamp<int64_t>(wanted, 1, max_chunks);
   s.chunk = static_cast<int>(std::min<int64_t>(
-      round_up<int64_t>(ceil_div<int64_t>(model_dim, chunks), kKBlock), max_chunk(tokens)));
+      round_up<int64_t>(ceil_div<int64_t>(model_dim, chunks), kKBlock), max_chunk(window)));
   s.chunks = static_cast<int>(ceil_div<int64_t>(model_dim, s.chunk));
   return s;
 }
@@ -812,9 +835,10 @@ constexpr int stage_b_max_smem() {
 static_assert(stage_b_max_smem<__nv_bfloat16, kMaxMTiles>() <= 227 * 1024,
               "K3's largest shared-memory plan fits Hopper's opt-in limit");
 
-// K3's dynamic shared memory for a problem: c [T, smem_ld(R)] and k_pe [T, dr].
-int64_t stage_b_smem(const MlaProblem& p, int64_t eb) {
-  return eb * p.tokens() * (smem_ld(static_cast<int>(p.kv_rank)) + p.rope_dim);
+// K3's dynamic shared memory for a window of `tokens`: c [tokens, smem_ld(R)] and k_pe
+// [tokens, dr].
+int64_t stage_b_smem(const MlaProblem& p, int64_t tokens, int64_t eb) {
+  return eb * tokens * (smem_ld(static_cast<int>(p.kv_rank)) + p.rope_dim);
 }
 
 // K3's static shared memory (the per-token source pointers and output rows), which the opt-in
@@ -845,13 +869,15 @@ struct DecodeKernels {
 // K3 over `tiles` kv_b tiles: a persistent grid of at most kStageBBlocksPerSm blocks per SM.
 // Stage B alone waits for nothing of ours: a plain launch (its wait returns at once).
 template <typename T, int kM, bool kRing>
-Status launch_stage_b(const DecodeParams& k, int64_t tiles, int64_t smem, const DeviceFacts* facts,
-                      bool after_stage_a, cudaLaunchConfig_t& config) {
+Status launch_stage_b(const DecodeParams& k, int64_t tiles, int windows, int64_t smem,
+                      const DeviceFacts* facts, bool after_stage_a, cudaLaunchConfig_t& config) {
   config.numAttrs = after_stage_a && programmatic_launch_allowed<mla_decode_stage_b<T, kM, kRing>>(
                                          facts->major);
   config.gridDim = dim3(static_cast<unsigned>(
-      std::min<int64_t>(ceil_div<int64_t>(tiles, kWarps),
-                        int64_t{kStageBBlocksPerSm<kRing>} * facts->sm_count)));
+                            std::min<int64_t>(ceil_div<int64_t>(tiles, kWarps),
+                                              int64_t{kStageBBlocksPerSm<kRing>} *
+                                                  facts->sm_count)),
+                        static_cast<unsigned>(windows));
   config.dynamicSmemBytes = static_cast<size_t>(smem);
   LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_b<T, kM, kRing>, k));
   return Status::Ok();
@@ -873,11 +899,14 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.b_rows = static_cast<int>(p.kv_b_rows());
   k.q_rows = runs_first(p) ? q_rows_run(p, a) : 0;
   k.a_rows = k.q_rows + k.kv_rank + k.rope_dim;
+  // kM == 1 over T > 16 tokens: windows of one token tile (the kernels' blockIdx.z / .y).
+  k.window = kM == 1 ? std::min(k.tokens, kMTile) : k.tokens;
+  const int windows = std::max(1, ceil_div(k.tokens, std::max(k.window, 1)));
   const int64_t eb = element_size(p.dtype);
   const bool overlap = runs_second(p) && mla_decode_overlap_stage_b(
                                              int64_t{k.a_rows} * p.model_dim * eb,
                                              p.kv_b_rows() * p.kv_rank * eb);
-  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.tokens,
+  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.window, windows,
                                        overlap ? kStageABlocksBeforeB : kBlocksPerSm);
   k.rows_ld = plan.rows_ld;
   k.chunk = plan.chunk;
@@ -948,9 +977,9 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   if (runs_first(p)) {
     // K1 is a plain launch, never a programmatic one: it zeroes the arrivals and overwrites the
     // partials at once, so whatever ran before it in the stream (the previous call's K2) is done.
-    const size_t smem_a = sizeof(T) * k.tokens * smem_ld(k.chunk);
+    const size_t smem_a = sizeof(T) * k.window * smem_ld(k.chunk);
     mla_decode_stage_a<T, kM>
-        <<<dim3(plan.row_groups, plan.chunks), kThreads, smem_a, stream>>>(k);
+        <<<dim3(plan.row_groups, plan.chunks, windows), kThreads, smem_a, stream>>>(k);
     LATENTKV_RETURN_IF_ERROR(launch_error("mla_decode_stage_a launch"));
     config.numAttrs =
         programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(facts->major);
@@ -961,19 +990,19 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   }
   if (!runs_second(p)) return Status::Ok();
   const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
-  const int64_t smem_b = stage_b_smem(p, sizeof(T));
+  const int64_t smem_b = stage_b_smem(p, k.window, sizeof(T));
   if constexpr (kM == 1) {
     if (mla_decode_stage_b_ring(tiles, int64_t{kBlocksPerSm} * kWarps * facts->sm_count)) {
-      return launch_stage_b<T, kM, true>(k, tiles, smem_b, facts, runs_first(p), config);
+      return launch_stage_b<T, kM, true>(k, tiles, windows, smem_b, facts, runs_first(p), config);
     }
   }
-  return launch_stage_b<T, kM, false>(k, tiles, smem_b, facts, runs_first(p), config);
+  return launch_stage_b<T, kM, false>(k, tiles, windows, smem_b, facts, runs_first(p), config);
 }
 
 // The one switch point: dtype (caller), RoPE table type and token tiles to template arguments.
 template <typename T, typename RopeT>
 Status launch_tiles(const MlaProblem& p, const MlaArgs& a, Stream stream) {
-  switch (m_tiles(p.tokens())) {
+  switch (m_tiles(p)) {
     case 1: return launch<T, RopeT, 1>(p, a, stream);
     case 2: return launch<T, RopeT, 2>(p, a, stream);
     default: return launch<T, RopeT, 4>(p, a, stream);
@@ -1071,7 +1100,7 @@ Status mla_cuda_decode_takes(const MlaProblem& p, const MlaArgs& a) {
   if (runs_second(p)) {
     const DeviceFacts* facts = nullptr;
     LATENTKV_RETURN_IF_ERROR(current_device_facts(&facts));
-    const int64_t smem = stage_b_smem(p, eb);
+    const int64_t smem = stage_b_smem(p, p.tokens(), eb);
     if (smem > 48 * 1024 &&
         smem + kStageBStaticSmem > static_cast<int64_t>(facts->smem_optin)) {
       return refuse("problem.batch * seq (tokens) = " + std::to_string(p.tokens()) +

@@ -149,23 +149,32 @@ TEST(DecodeArguments, RefusedWithTheArgumentNamed) {
 }
 
 // The table's two cuda-decode rows share one Strategy id and split the dtypes between them.
-// cuda-mla-decode under kAuto: up to 16 tokens at any size and stage, up to 32 where stage B
-// runs on at most 8 MB of kv_b (heuristics.h), cuda-mla-gemm past that.
-TEST(MlaDecodeDispatch, SixteenTokensOrThirtyTwoOnSmallKvb) {
-  MlaProblem small = mla_shape(2048, 0, 512, 64, 16, 128, 128);  // V2-Lite bf16: 4.2 MB of kv_b
+// cuda-mla-decode under kAuto: up to 16 tokens at any size and stage; on small weights (token
+// windows) up to 64 where stage B runs and 32 for the first stage alone (heuristics.h);
+// cuda-mla-gemm past that.
+TEST(MlaDecodeDispatch, SixteenTokensOrMoreInWindowsOnSmallWeights) {
+  MlaProblem small = mla_shape(2048, 0, 512, 64, 16, 128, 128);  // V2-Lite bf16: 2.4 + 4.2 MB
   MlaProblem large = small;
-  large.heads = 128;  // V3: 33.5 MB
+  large.heads = 128;  // V3's kv_b: 33.5 MB
   for (MlaStage stage : {MlaStage::kBoth, MlaStage::kSecond, MlaStage::kFirst}) {
     small.stage = large.stage = stage;
-    for (int64_t tokens : {1, 16, 17, 32, 33, 64}) {
+    EXPECT_TRUE(detail::mla_decode_token_windows(small)) << to_string(stage);
+    EXPECT_EQ(detail::mla_decode_token_windows(large), stage == MlaStage::kFirst);
+    for (int64_t tokens : {1, 16, 17, 32, 33, 64, 65}) {
       small.seq = large.seq = tokens;
-      const bool small_decode = tokens <= 16 || (tokens <= 32 && stage != MlaStage::kFirst);
-      EXPECT_EQ(detail::cuda_mla_decode_preferred(small), small_decode)
+      const int64_t bound = stage == MlaStage::kFirst ? 32 : 64;
+      EXPECT_EQ(detail::cuda_mla_decode_preferred(small), tokens <= bound)
           << "T = " << tokens << ", stage " << to_string(stage);
-      EXPECT_EQ(detail::cuda_mla_decode_preferred(large), tokens <= 16) << "T = " << tokens;
+      EXPECT_EQ(detail::cuda_mla_decode_preferred(large),
+                tokens <= 16 || (stage == MlaStage::kFirst && tokens <= 32))
+          << "T = " << tokens << ", stage " << to_string(stage);
       EXPECT_NE(detail::cuda_mla_decode_preferred(small), detail::cuda_mla_gemm_preferred(small));
     }
   }
+  MlaProblem with_q_a = mla_shape(7168, 1536, 512, 64, 8, 128, 128);  // a rank's 8 V3 heads
+  with_q_a.seq = 32;  // kv_b 2.1 MB but [q_a; kv_a] 30 MB: no windows, so 16 tokens
+  EXPECT_FALSE(detail::mla_decode_token_windows(with_q_a));
+  EXPECT_FALSE(detail::cuda_mla_decode_preferred(with_q_a));
 }
 
 TEST(StrategyTable, OneRowPerStrategyAndDtypeFamily) {

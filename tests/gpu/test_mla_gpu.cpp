@@ -628,10 +628,11 @@ std::vector<MlaCase> preset_cases_mla() {
 // RoPE style and form, cache mode on a T = 16 shape with q_a, odd H and a D whose last step is
 // partial; then T = 1 and 15, Rq = 0, dr != 64 (2, 32), dn != dv, D over several chunks, rows
 // that stop folding, positions past the table; the token tiles' edges (a tile, a tile + 1, two,
-// three run as four, four - 1, four) at every stage, dtype and cache layout; the presets at T = 1,
-// 16 and 64 (V3: 7 chunks of 4 steps, 6 q_a slices, more kv_b tiles than warps); under kAuto,
-// kMlaDecodeMaxTokens (and kMlaDecodeSmallKvbMaxTokens on a small kv_b) pick it, while one token
-// more, the first stage alone past 16 and rows of 3-element pads fall back to cuda-mla-gemm.
+// three run as four, four - 1, four) at every stage, dtype and cache layout (these small weights
+// run in windows of one token tile past 16 tokens); the presets at T = 1, 16, 32 and 64 (V3: 7
+// chunks of 4 steps, 6 q_a slices, more kv_b tiles than warps, 2 and 4 token tiles); under kAuto,
+// kMlaDecodeMaxTokens (and the token windows' bounds on small weights) pick it, while one token
+// more than each and rows of 3-element pads fall back to cuda-mla-gemm.
 std::vector<MlaCase> decode_cases() {
   constexpr DType kHalfTypes[] = {DType::kBFloat16, DType::kFloat16};
   std::vector<MlaCase> cases;
@@ -714,11 +715,11 @@ std::vector<MlaCase> decode_cases() {
     }
   }
   for (const MlaNamedCase& preset : mla_preset_cases()) {
-    for (int64_t tokens : {int64_t{1}, kTile, kMaxTokens}) {
+    for (int64_t tokens : {int64_t{1}, kTile, 2 * kTile, kMaxTokens}) {
       MlaProblem p = preset.problem;
       p.seq = tokens;
       for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst}) {
-        if (tokens == kMaxTokens && stage != MlaStage::kBoth) continue;
+        if (tokens > kTile && stage != MlaStage::kBoth) continue;
         cases.push_back(decode({preset.name + "_T" + std::to_string(tokens),
                                 with(p, DType::kBFloat16, stage, RopeStyle::kInterleave),
                                 RopeForm::kPositions, CacheMode::kPaged},
@@ -737,24 +738,24 @@ std::vector<MlaCase> decode_cases() {
   picked.problem.batch = 1;
   picked.problem.seq = detail::kMlaDecodeMaxTokens;
   cases.push_back(picked);
-  MlaCase small_kv_b = picked;  // this kv_b is far under kMlaDecodeSmallKvbBytes
-  small_kv_b.name = "auto-small-kvb";
-  small_kv_b.problem.seq = detail::kMlaDecodeSmallKvbMaxTokens;
-  cases.push_back(small_kv_b);
-  MlaCase first_past = picked;
+  MlaCase windows = picked;  // these weights are far under kMlaDecodeSmallWeightBytes
+  windows.name = "auto-windows";
+  windows.problem.seq = detail::kMlaDecodeWindowsMaxTokens;
+  cases.push_back(windows);
+  MlaCase first_windows = windows;
+  first_windows.name = "auto-first-windows";
+  first_windows.problem.seq = detail::kMlaDecodeWindowsFirstMaxTokens;
+  first_windows.problem.stage = MlaStage::kFirst;
+  cases.push_back(first_windows);
+  MlaCase first_past = first_windows;
   first_past.name = "auto-first-past";
-  first_past.problem.seq = detail::kMlaDecodeMaxTokens + 1;
-  first_past.problem.stage = MlaStage::kFirst;
+  first_past.problem.seq = detail::kMlaDecodeWindowsFirstMaxTokens + 1;
   first_past.expect_selected = Strategy::kCudaMlaGemm;
   cases.push_back(first_past);
-  MlaCase past = picked;
-  past.name = "auto-past";
-  past.problem.seq = detail::kMlaDecodeSmallKvbMaxTokens + 1;
-  past.expect_selected = Strategy::kCudaMlaGemm;
-  cases.push_back(past);
-  MlaCase past_tiles = past;  // what the kernels cannot take, whatever the heuristic says
+  MlaCase past_tiles = picked;  // what the kernels cannot take, whatever the heuristic says
   past_tiles.name = "auto-past-tiles";
   past_tiles.problem.seq = kMaxTokens + 1;
+  past_tiles.expect_selected = Strategy::kCudaMlaGemm;
   cases.push_back(past_tiles);
   MlaCase unaligned = picked;
   unaligned.pad_seq = 3;

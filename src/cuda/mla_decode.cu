@@ -5,11 +5,11 @@
 // argument; T = 1 and T = 16 cost the same instructions, rows past T are zeros), each weight
 // fragment feeding every tile, and a weight row per n column. On small weights (heuristics.h) a
 // call past 16 tokens runs the one-tile kernels over windows of 16 tokens instead (K1's
-// blockIdx.z, K3's blockIdx.y: more blocks, each window reading the weights from L2 again). A K-block of 32 columns is one
-// 16-byte load per thread: thread (g = lane / 4, q = lane % 4) holds elements 8q .. 8q + 7 of
-// row g, which the two k16 MMAs of the block read as their k pairs {2q, 2q + 1, 2q + 8, 2q + 9}
-// (any fixed permutation of k works when A and B use the same one). Three launches, chained by
-// programmatic dependent launch (sm_90; below it plain stream order):
+// blockIdx.z, K3's blockIdx.y: more blocks, each window reading the weights from L2 again).
+// A K-block of 32 columns is one 16-byte load per thread: thread (g = lane / 4, q = lane % 4)
+// holds elements 8q .. 8q + 7 of row g, which the two k16 MMAs of the block read as their k pairs
+// {2q, 2q + 1, 2q + 8, 2q + 9} (any fixed permutation of k works when A and B use the same one).
+// Three launches, chained by programmatic dependent launch (sm_90; below it plain stream order):
 //   K1 mla_decode_stage_a      block = 64 weight rows of [q_a_weight; kv_a_weight] (a warp per
 //                              8) x one chunk of D (chunks so that ~2 blocks per SM; 1 where K3
 //                              follows and stage A's weights are small, so a K3 block fits

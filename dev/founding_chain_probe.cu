@@ -19,18 +19,9 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <vector>
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      printf("%s:%d %s -> %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));         \
-      return 1;                                                                           \
-    }                                                                                     \
-  } while (0)
+#include "probe_timing.h"
 
 namespace {
 
@@ -108,37 +99,12 @@ int main() {
   CK(cudaMalloc(&out, kBlocks * kThreads * sizeof(float)));
   cudaStream_t stream;
   CK(cudaStreamCreate(&stream));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-
   // Median per-call time (us) of a graph of launches over `rotate` sets (one launch per set, past
   // the L2 when rotating; 64 launches on one set), 21 replays.
   auto time_variant = [&](auto launch, int rotate, float* us) -> int {
-    const int kCalls = rotate > 1 ? rotate : 64;
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    for (int c = 0; c < kCalls; ++c) launch(sets + size_t(c % rotate) * kSetVectors);
-    CK(cudaStreamEndCapture(stream, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    CK(cudaGraphLaunch(exec, stream));
-    CK(cudaStreamSynchronize(stream));
-    std::vector<float> t;
-    for (int r = 0; r < 21; ++r) {
-      CK(cudaEventRecord(e0, stream));
-      CK(cudaGraphLaunch(exec, stream));
-      CK(cudaEventRecord(e1, stream));
-      CK(cudaEventSynchronize(e1));
-      float ms = 0;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      t.push_back(ms * 1e3f / kCalls);
-    }
-    std::sort(t.begin(), t.end());
-    *us = t[t.size() / 2];
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    return 0;
+    const int calls = rotate > 1 ? rotate : 64;
+    return graph_us_per_call(
+        stream, calls, [&](int c) { launch(sets + size_t(c % rotate) * kSetVectors); }, us);
   };
   auto report = [&](const char* name, auto launch) -> int {
     float fresh = 0, reused = 0;

@@ -17,15 +17,7 @@
 #include "cuda/device_facts.h"
 #include "cuda/fused_fp32_cluster.h"
 #include "latentkv/latentkv.h"
-
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e = (x);                                                       \
-    if (e != cudaSuccess) {                                                    \
-      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      return 1;                                                                \
-    }                                                                          \
-  } while (0)
+#include "probe_timing.h"
 
 namespace lk = latentkv;
 

@@ -13,30 +13,25 @@
 //             with prefetch.global.L2 of the rest of the tile and of the next tile (stage B's old
 //             prefetches: they cost 1.3-9 us of a 9 us fresh stream).
 // "fresh" rotates 4 sets (134 MB against a 60 MiB L2), "re-read" uses one set.
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a dev/stream_probe.cu -o stream_probe
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude \
+//        dev/stream_probe.cu -o stream_probe
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <vector>
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      printf("%s:%d %s -> %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));         \
-      return 1;                                                                           \
-    }                                                                                     \
-  } while (0)
+#include "cuda/ptx.h"  // the mbarrier helpers
+#include "probe_timing.h"
 
 namespace {
 
-constexpr int kThreads = 256;
+using latentkv::detail::expect_bytes;
+using latentkv::detail::init_barrier;
+using latentkv::detail::publish_barrier_init;
+using latentkv::detail::shared_address;
+using latentkv::detail::wait_barrier;
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+constexpr int kThreads = 256;
 
 template <int U>
 __global__ void __launch_bounds__(kThreads) stream_ldg(const uint4* __restrict__ src, size_t n,
@@ -127,37 +122,23 @@ __global__ void __launch_bounds__(kThreads) stream_bulk(const char* __restrict__
     const int s = c % stages;
     const size_t off = begin + static_cast<size_t>(c) * stage_bytes;
     const uint32_t n = static_cast<uint32_t>(end - off < stage_bytes ? end - off : stage_bytes);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                     smem_addr(&bars[s])),
-                 "r"(n)
-                 : "memory");
+    expect_bytes(&bars[s], n);
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
-        "[%3];\n" ::"r"(smem_addr(ring + static_cast<size_t>(s) * stage_bytes)),
-        "l"(src + off), "r"(n), "r"(smem_addr(&bars[s]))
+        "[%3];\n" ::"r"(shared_address(ring + static_cast<size_t>(s) * stage_bytes)),
+        "l"(src + off), "r"(n), "r"(shared_address(&bars[s]))
         : "memory");
   };
   if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(&bars[s])));
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (int s = 0; s < stages; ++s) init_barrier(&bars[s]);
+    publish_barrier_init();
     for (int c = 0; c < stages && c < chunks; ++c) issue(c);
   }
   __syncthreads();
   unsigned acc = 0;
   for (int c = 0; c < chunks; ++c) {
     const int s = c % stages;
-    const uint32_t parity = (c / stages) & 1;
-    uint32_t done = 0;
-    while (!done) {
-      asm volatile(
-          "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-          " selp.u32 %0, 1, 0, p;\n}\n"
-          : "=r"(done)
-          : "r"(smem_addr(&bars[s])), "r"(parity)
-          : "memory");
-    }
+    wait_barrier(&bars[s], (c / stages) & 1);
     const uint4* stage = reinterpret_cast<const uint4*>(ring + static_cast<size_t>(s) * stage_bytes);
     const size_t off = begin + static_cast<size_t>(c) * stage_bytes;
     const int vecs = static_cast<int>((end - off < stage_bytes ? end - off : stage_bytes) / 16);
@@ -185,36 +166,9 @@ int main() {
   CK(cudaMalloc(&sink, 64));
   cudaStream_t stream;
   CK(cudaStreamCreate(&stream));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-
-  // Median per-call time (us) of a graph of `calls` launches over `sets` sets, 21 replays.
+  // Median per-call time (us) of a graph of 64 launches over `sets` sets, 21 replays.
   auto time_variant = [&](auto launch, int sets, float* us) -> int {
-    const int calls = 64;
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    for (int c = 0; c < calls; ++c) launch(dev + (c % sets) * bytes);
-    CK(cudaStreamEndCapture(stream, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    CK(cudaGraphLaunch(exec, stream));
-    CK(cudaStreamSynchronize(stream));
-    std::vector<float> t;
-    for (int r = 0; r < 21; ++r) {
-      CK(cudaEventRecord(e0, stream));
-      CK(cudaGraphLaunch(exec, stream));
-      CK(cudaEventRecord(e1, stream));
-      CK(cudaEventSynchronize(e1));
-      float ms = 0;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      t.push_back(ms * 1e3f / calls);
-    }
-    std::sort(t.begin(), t.end());
-    *us = t[t.size() / 2];
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    return 0;
+    return graph_us_per_call(stream, 64, [&](int c) { launch(dev + (c % sets) * bytes); }, us);
   };
   auto report = [&](const char* name, auto launch) -> int {
     float fresh = 0, reread = 0;

@@ -742,6 +742,11 @@ int m_tiles(const MlaProblem& p) {
   return tiles <= 1 ? 1 : tiles == 2 ? 2 : 4;
 }
 
+// The tokens of one block's window: one token tile for the one-tile kernels, else all of T.
+int64_t window_tokens(const MlaProblem& p) {
+  return m_tiles(p) == 1 ? std::min<int64_t>(p.tokens(), kMTile) : p.tokens();
+}
+
 // K1's cut of D: about blocks_per_sm blocks on every SM over the row groups and `windows` token
 // windows (chunks of whole K-blocks, the last step of a chunk may be partial), at least kMinChunk
 // and at most max_chunk(window) columns.
@@ -900,7 +905,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.q_rows = runs_first(p) ? q_rows_run(p, a) : 0;
   k.a_rows = k.q_rows + k.kv_rank + k.rope_dim;
   // kM == 1 over T > 16 tokens: windows of one token tile (the kernels' blockIdx.z / .y).
-  k.window = kM == 1 ? std::min(k.tokens, kMTile) : k.tokens;
+  k.window = static_cast<int>(window_tokens(p));
   const int windows = std::max(1, ceil_div(k.tokens, std::max(k.window, 1)));
   const int64_t eb = element_size(p.dtype);
   const bool overlap = runs_second(p) && mla_decode_overlap_stage_b(
@@ -1100,7 +1105,7 @@ Status mla_cuda_decode_takes(const MlaProblem& p, const MlaArgs& a) {
   if (runs_second(p)) {
     const DeviceFacts* facts = nullptr;
     LATENTKV_RETURN_IF_ERROR(current_device_facts(&facts));
-    const int64_t smem = stage_b_smem(p, p.tokens(), eb);
+    const int64_t smem = stage_b_smem(p, window_tokens(p), eb);
     if (smem > 48 * 1024 &&
         smem + kStageBStaticSmem > static_cast<int64_t>(facts->smem_optin)) {
       return refuse("problem.batch * seq (tokens) = " + std::to_string(p.tokens()) +

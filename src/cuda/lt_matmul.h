@@ -34,6 +34,7 @@
 #include <utility>
 
 #include "cuda/cuda_check.h"
+#include "cuda/device_facts.h"
 #include "latentkv/latentkv.h"
 
 namespace latentkv::detail::lt {
@@ -179,11 +180,9 @@ inline int short_inner_choice(const Shape& g, const cublasLtMatmulHeuristicResul
                               int found) {
   const auto [tile_cols, tile_rows] = tile_extent(results[0].algo);
   if (tile_cols != 128 || tile_rows != 256) return 0;
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    return 0;
-  }
+  const DeviceFacts* facts = nullptr;
+  if (!current_device_facts(&facts).ok()) return 0;
+  const int64_t sms = facts->sm_count;
   const int64_t ctas = (g.cols + tile_cols - 1) / tile_cols *
                        ((g.rows + tile_rows - 1) / tile_rows) * g.batches;
   if (ctas < kShortInnerWaves * sms) return 0;

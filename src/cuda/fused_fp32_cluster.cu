@@ -67,51 +67,6 @@ struct ClusterPlan {
   }
 };
 
-// ---- sm_90 cluster and cp.async-group wrappers (used only by this kernel) ----
-__device__ __forceinline__ void commit_copies() {
-#if LATENTKV_SM90
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-template <int kPending>
-__device__ __forceinline__ void wait_copies() {
-#if LATENTKV_SM90
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-#endif
-}
-__device__ __forceinline__ uint32_t cluster_block_rank() {
-  uint32_t r = 0;
-#if LATENTKV_SM90
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-#endif
-  return r;
-}
-__device__ __forceinline__ void cluster_arrive() {
-#if LATENTKV_SM90
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait() {
-#if LATENTKV_SM90
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-// 16 bytes of block `rank`'s shared memory at the address `local` has in this block.
-__device__ __forceinline__ float4 load_cluster_shared(const float* local, uint32_t rank) {
-  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-#if LATENTKV_SM90
-  uint32_t remote = 0;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-               : "=r"(remote)
-               : "r"(shared_address(local)), "r"(rank));
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(remote)
-               : "memory");
-#endif
-  return v;
-}
-
 __device__ __forceinline__ float4 add4(float4 a, float4 b) {
   return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
 }

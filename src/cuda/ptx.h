@@ -2,9 +2,10 @@
 // need. An instruction newer than the architecture being compiled compiles to a trap-free
 // stand-in (nothing, or a wait that returns at once): such code never runs there, because the
 // strategy's row refuses a device below the instruction's compute capability (strategies.cpp).
-//   sm_80: cp.async (16 bytes, zero-fill), ldmatrix, mma.sync m16n8k16 (bf16/fp16, f32 accumulate)
+//   sm_80: cp.async (16 bytes, zero-fill; groups), ldmatrix, mma.sync m16n8k16 (bf16/fp16, f32
+//          accumulate)
 //   sm_90: mbarrier with transaction counts, cp.async.bulk.tensor (TMA), programmatic dependent
-//          launch (PDL)
+//          launch (PDL), thread-block clusters (rank, barrier, distributed shared memory)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -50,6 +51,19 @@ __device__ __forceinline__ void copy16_async(void* dst, const void* src, bool va
 __device__ __forceinline__ void wait_async_copies() {
 #if LATENTKV_SM80
   asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+// Closes this thread's cp.async copies issued so far into a group; wait_copies<N> waits until at
+// most N of its groups are still in flight.
+__device__ __forceinline__ void commit_copies() {
+#if LATENTKV_SM80
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+#if LATENTKV_SM80
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 #endif
 }
 
@@ -102,6 +116,42 @@ __device__ __forceinline__ void mma<__half>(float (&d)[4], const uint32_t (&a)[4
 }
 
 // ---- sm_90 ----
+
+// Thread-block clusters: this block's rank, the split cluster barrier (arrive, then wait), and a
+// 16-byte read of another block's shared memory.
+__device__ __forceinline__ uint32_t cluster_block_rank() {
+  uint32_t r = 0;
+#if LATENTKV_SM90
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+  return r;
+}
+__device__ __forceinline__ void cluster_arrive() {
+#if LATENTKV_SM90
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if LATENTKV_SM90
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// 16 bytes of block `rank`'s shared memory at the address `local` has in this block.
+__device__ __forceinline__ float4 load_cluster_shared(const float* local, uint32_t rank) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#if LATENTKV_SM90
+  uint32_t remote = 0;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(remote)
+               : "r"(shared_address(local)), "r"(rank));
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(remote)
+               : "memory");
+#endif
+  return v;
+}
+
 
 // A shared-memory mbarrier with one arrival per phase, completed by the copy engine's bytes.
 __device__ __forceinline__ void init_barrier(uint64_t* bar) {

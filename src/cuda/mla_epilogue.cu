@@ -201,8 +201,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 unsigned blocks(int tokens, int warps_per_token) {
-  const int64_t per_block = kWarps / warps_per_token;
-  return static_cast<unsigned>((static_cast<int64_t>(tokens) + per_block - 1) / per_block);
+  return static_cast<unsigned>(ceil_div<int64_t>(tokens, kWarps / warps_per_token));
 }
 
 template <typename T, typename RopeT>

@@ -141,6 +141,13 @@ inline int64_t fused_cluster_tile_tokens(int64_t tokens, int blocks, int sm_coun
          : tile > tiles::kFusedClusterMaxTokens ? tiles::kFusedClusterMaxTokens
                                                 : tile;
 }
+// cuda-fused's streaming configuration: the block's weights copied into shared memory at kernel
+// start (one round trip instead of four dependent load batches) while the grid is at most one
+// block per SM; a fuller grid's burst of copies (every block pulls all of w_down at once) loses
+// to the spread-out loads. Founding dims, prefetch / not, same H200 run (16:06 UTC): T=1 4.55 /
+// 5.23 us (2 blocks), T=7 4.80 / 5.37, T=64 4.97 / 5.37 (32 blocks), founding T=384 6.92 / 6.09
+// (192 blocks).
+inline bool fused_prefetch_weights(int64_t blocks, int sm_count) { return blocks <= sm_count; }
 // cuda-decode bf16/fp16: 64-column up tiles for this many of them.
 inline bool decode_tc_use_wide_tiles(int64_t wide_tiles, bool wide_fits, int sm_count) {
   return wide_fits && wide_tiles >= int64_t{kDecodeTcWideMinTilesPerSm} * sm_count;

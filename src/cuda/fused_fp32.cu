@@ -12,6 +12,9 @@
 //   block per tile, weights read straight from L2. At the founding size (T=384, D=256, R=48,
 //   N=128: 19 MFLOP, 0.9 MB) the time is launch latency plus memory round trips, so every thread
 //   has only a few weight loads (split-K over 256 threads) and issues them all before using any.
+//   While the grid has at most one block per SM (heuristics.h), each block instead copies its
+//   weights into shared memory at kernel start, beside the hidden tile's loads: one round trip
+//   instead of one per load batch and phase.
 // - kResidentConfig (many tokens, weights fit in shared memory): persistent blocks stage the
 //   weights in shared memory once and loop over 16-token tiles, so the weights cross L2 once per SM
 //   instead of once per tile, and each weight read from shared memory feeds 4-8 tokens.
@@ -28,6 +31,7 @@
 #include "cuda/device_facts.h"
 #include "cuda/fused_fp32_cluster.h"
 #include "cuda/kernel_args.h"
+#include "cuda/ptx.h"
 #include "cuda/tile_sizes.h"
 #include "heuristics.h"
 
@@ -87,6 +91,11 @@ struct FusedParams : FusedParamsBase {
   bool w_down_vec4;   // w_down rows 16-byte aligned, R % 4 == 0
   bool w_up_vec4;     // w_up_k/v rows 16-byte aligned, N % 4 == 0 (a group never straddles K|V)
   bool heads_packed;  // out_stride_head == Dh: a token's N outputs are contiguous
+  // Streaming configuration, one down and one up pass per block, 16-byte weight rows, and room
+  // beside two blocks an SM: the block's weights (w_down whole, its kUpCols columns of
+  // [w_up_k | w_up_v]) copied into shared memory at kernel start, beside the hidden tile's loads,
+  // so that the block waits on one memory round trip instead of one per load batch and phase.
+  bool prefetch_weights;
 };
 
 __host__ __device__ constexpr int round_up4(int x) { return (x + 3) / 4 * 4; }
@@ -98,16 +107,41 @@ template <typename Config>
 struct SharedPlan {
   int hidden, latent, reduce, w_down, w_up;  // offsets
   int total;
-  __host__ __device__ SharedPlan(int d, int r, int n) {
+  __host__ __device__ SharedPlan(int d, int r, int n, bool prefetch) {
     hidden = 0;                                        // [D][kTokens]
     latent = hidden + d * Config::kTokens;             // [R][kTokens]
     reduce = latent + r * Config::kTokens;             // [slices][kTokens][cols]
-    w_down = reduce + Config::kReduceFloats;           // [D][round_up4(R)], resident only
-    w_up = w_down + (Config::kWeightsInSmem ? d * round_up4(r) : 0);  // [R][round_up4(2N)]
-    total = w_up + (Config::kWeightsInSmem ? r * round_up4(2 * n) : 0);
+    // Resident: [D][round_up4(R)]; prefetched (R % 4 == 0): [D][R].
+    w_down = reduce + Config::kReduceFloats;
+    // Resident: [R][round_up4(2N)]; prefetched: [R][kUpCols], the block's columns.
+    w_up = w_down + (Config::kWeightsInSmem || prefetch ? d * round_up4(r) : 0);
+    total = w_up + (Config::kWeightsInSmem ? r * round_up4(2 * n)
+                    : prefetch             ? r * Config::kUpCols
+                                           : 0);
   }
   size_t bytes() const { return sizeof(float) * static_cast<size_t>(total); }
 };
+
+// The block's weights into shared memory (p.prefetch_weights; the layout of SharedPlan), 16
+// bytes a copy, cp.async on sm_80+: w_down [D][R] whole and columns [col0, col0 + kUpCols) of
+// [w_up_k | w_up_v] (zeros past 2N). Waited on with wait_prefetched_weights.
+template <typename Config>
+__device__ __forceinline__ void prefetch_weights(const FusedParams& p, float* w_down, float* w_up,
+                                                 int col0) {
+  const int R = p.rank, N = p.kv_width, quads = R / 4;
+  for (int i = threadIdx.x; i < p.model_dim * quads; i += Config::kThreads) {
+    const int k = i / quads, c = 4 * (i % quads);
+    copy16_async(w_down + k * R + c, p.w_down + k * p.w_down_stride + c, true);
+  }
+  constexpr int kUpQuads = Config::kUpCols / 4;
+  for (int i = threadIdx.x; i < R * kUpQuads; i += Config::kThreads) {
+    const int k = i / kUpQuads, c = 4 * (i % kUpQuads), j = col0 + c;
+    const float* src = j < N ? p.w_up_k + k * p.w_up_k_stride + j
+                             : p.w_up_v + k * p.w_up_v_stride + (j - N);
+    copy16_async(w_up + k * Config::kUpCols + c, j < 2 * N ? src : p.w_up_k, j < 2 * N);
+  }
+  commit_copies();
+}
 
 // Element j of the concatenated [w_up_k | w_up_v] row k (j < 2N).
 __device__ __forceinline__ float load_up(const FusedParams& p, int k, int j) {
@@ -206,7 +240,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   constexpr int kTokens = Config::kTokens;
   extern __shared__ float4 smem_raw[];
   float* smem = reinterpret_cast<float*>(smem_raw);
-  const SharedPlan<Config> plan(p.model_dim, p.rank, p.kv_width);
+  const SharedPlan<Config> plan(p.model_dim, p.rank, p.kv_width, p.prefetch_weights);
   float* hidden_t = smem + plan.hidden;  // [D][kTokens]
   float* latent_t = smem + plan.latent;  // [R][kTokens]
   float* reduce = smem + plan.reduce;    // [slices][kTokens][cols]
@@ -218,6 +252,13 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     stage_weights(smem + plan.w_down, D, R, p.w_down, p.w_down_stride, nullptr, 0, p.w_down_vec4);
     stage_weights(smem + plan.w_up, R, N, p.w_up_k, p.w_up_k_stride, p.w_up_v, p.w_up_v_stride,
                   p.w_up_vec4);
+  }
+
+  if constexpr (!Config::kWeightsInSmem) {
+    if (p.prefetch_weights) {
+      prefetch_weights<Config>(p, smem + plan.w_down, smem + plan.w_up,
+                               blockIdx.y * Config::kUpCols);
+    }
   }
 
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
@@ -249,7 +290,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                 : 0.f;
       }
     }
-    __syncthreads();  // also orders the weight staging before first use
+    if (!Config::kWeightsInSmem && p.prefetch_weights) wait_async_copies();
+    __syncthreads();  // also orders the weight staging (or prefetch) before first use
 
     // Down projection: latent[t][r] = sum_d hidden[t][d] * w_down[d][r].
     {
@@ -271,7 +313,12 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         } else if (col < R) {
           const float* w = p.w_down + col;
           const int64_t ld = p.w_down_stride;
-          if (p.w_down_vec4) {
+          if (p.prefetch_weights) {
+            const float* staged = smem + plan.w_down + col;
+            accumulate_slices<kRows, Config::kDownSlices, kTokens>(
+                acc, tile_rows, slice, D,
+                [&](int k) { return *reinterpret_cast<const float4*>(staged + k * R); });
+          } else if (p.w_down_vec4) {
             accumulate_slices<kRows, Config::kDownSlices, kTokens>(
                 acc, tile_rows, slice, D,
                 [&](int k) { return __ldg(reinterpret_cast<const float4*>(w + k * ld)); });
@@ -323,7 +370,13 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                 [&](int k) { return *reinterpret_cast<const float4*>(w + k * N2p); });
           }
         } else if (col < 2 * N) {
-          if (p.w_up_vec4) {  // N % 4 == 0: the group lies in one half
+          if (p.prefetch_weights) {  // one pass: col0 is the block's first column
+            const float* staged = smem + plan.w_up + 4 * group;
+            accumulate_slices<kRows, Config::kUpSlices, kTokens>(
+                acc, tile_rows, slice, R, [&](int k) {
+                  return *reinterpret_cast<const float4*>(staged + k * Config::kUpCols);
+                });
+          } else if (p.w_up_vec4) {  // N % 4 == 0: the group lies in one half
             const bool is_k = col < N;
             const float* w = is_k ? p.w_up_k + col : p.w_up_v + (col - N);
             const int64_t ld = is_k ? p.w_up_k_stride : p.w_up_v_stride;
@@ -379,9 +432,9 @@ struct FusedKernels {
 };
 
 template <typename Config>
-size_t smem_bytes(const Problem& p) {
+size_t smem_bytes(const Problem& p, bool prefetch = false) {
   return SharedPlan<Config>(static_cast<int>(p.model_dim), static_cast<int>(p.rank),
-                            static_cast<int>(p.kv_width()))
+                            static_cast<int>(p.kv_width()), prefetch)
       .bytes();
 }
 
@@ -404,6 +457,7 @@ FusedParams make_params(const Problem& p, const Args& a, int tile_tokens) {
   k.w_up_vec4 = aligned16(a.w_up_k) && aligned16(a.w_up_v) && p.kv_width() % 4 == 0 &&
                 a.w_up_k_stride_row % 4 == 0 && a.w_up_v_stride_row % 4 == 0;
   k.heads_packed = a.out_stride_head == p.head_dim;
+  k.prefetch_weights = false;
   return k;
 }
 
@@ -438,7 +492,19 @@ Status launch(const Problem& p, const Args& a, const DeviceFacts& f, Stream stre
   } else {
     grid = dim3(k.num_tiles, column_splits(p, k.num_tiles, Config::kUpCols, f.sm_count));
   }
-  kv_proj_fused_fp32<Config><<<grid, Config::kThreads, smem_bytes<Config>(p), stream>>>(k);
+  FusedParams launched = k;
+  if constexpr (!Config::kWeightsInSmem) {
+    // A grid the heuristics prefetch for, one down pass (R <= kDownCols) and one up pass per
+    // block (2N <= gridDim.y * kUpCols), the copies' 16-byte rows, and two blocks an SM still
+    // resident.
+    launched.prefetch_weights =
+        fused_prefetch_weights(static_cast<int64_t>(grid.x) * grid.y, f.sm_count) &&
+        k.w_down_vec4 && k.w_up_vec4 && p.rank <= Config::kDownCols &&
+        2 * p.kv_width() <= static_cast<int64_t>(grid.y) * Config::kUpCols &&
+        2 * smem_bytes<Config>(p, true) <= f.smem_optin;
+  }
+  kv_proj_fused_fp32<Config><<<grid, Config::kThreads,
+                               smem_bytes<Config>(p, launched.prefetch_weights), stream>>>(launched);
   return cuda_status(cudaGetLastError(), "kv_proj_fused_fp32 launch");
 }
 

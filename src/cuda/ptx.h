@@ -41,11 +41,14 @@ __device__ __forceinline__ uint4 load_vector(const void* p) {
 // ---- sm_80 ----
 
 // 16 bytes global -> shared without registers; zeros instead when !valid (nothing is read then).
+// Before sm_80, a plain load and store (the copy is complete on return).
 __device__ __forceinline__ void copy16_async(void* dst, const void* src, bool valid) {
 #if LATENTKV_SM80
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
                "l"(src), "r"(valid ? 16 : 0)
                : "memory");
+#else
+  *static_cast<uint4*>(dst) = valid ? *static_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
 #endif
 }
 __device__ __forceinline__ void wait_async_copies() {

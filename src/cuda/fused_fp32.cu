@@ -485,26 +485,25 @@ bool use_cluster(const Problem& p, const DeviceFacts& f) {
 
 template <typename Config>
 Status launch(const Problem& p, const Args& a, const DeviceFacts& f, Stream stream) {
-  const FusedParams k = make_params(p, a, Config::kTokens);
+  FusedParams k = make_params(p, a, Config::kTokens);
   dim3 grid;
   if constexpr (Config::kWeightsInSmem) {  // persistent: one block per SM loops over tiles
     grid = dim3(k.num_tiles < f.sm_count ? k.num_tiles : f.sm_count, 1);
   } else {
     grid = dim3(k.num_tiles, column_splits(p, k.num_tiles, Config::kUpCols, f.sm_count));
   }
-  FusedParams launched = k;
   if constexpr (!Config::kWeightsInSmem) {
     // A grid the heuristics prefetch for, one down pass (R <= kDownCols) and one up pass per
     // block (2N <= gridDim.y * kUpCols), the copies' 16-byte rows, and two blocks an SM still
     // resident.
-    launched.prefetch_weights =
+    k.prefetch_weights =
         fused_prefetch_weights(static_cast<int64_t>(grid.x) * grid.y, f.sm_count) &&
         k.w_down_vec4 && k.w_up_vec4 && p.rank <= Config::kDownCols &&
         2 * p.kv_width() <= static_cast<int64_t>(grid.y) * Config::kUpCols &&
         2 * smem_bytes<Config>(p, true) <= f.smem_optin;
   }
-  kv_proj_fused_fp32<Config><<<grid, Config::kThreads,
-                               smem_bytes<Config>(p, launched.prefetch_weights), stream>>>(launched);
+  const size_t smem = smem_bytes<Config>(p, k.prefetch_weights);
+  kv_proj_fused_fp32<Config><<<grid, Config::kThreads, smem, stream>>>(k);
   return cuda_status(cudaGetLastError(), "kv_proj_fused_fp32 launch");
 }
 

@@ -124,7 +124,8 @@ struct SharedPlan {
 
 // The block's weights into shared memory (p.prefetch_weights; the layout of SharedPlan), 16
 // bytes a copy, cp.async on sm_80+: w_down [D][R] whole and columns [col0, col0 + kUpCols) of
-// [w_up_k | w_up_v] (zeros past 2N). Waited on with wait_prefetched_weights.
+// [w_up_k | w_up_v] (zeros past 2N), one cp.async group; the kernel waits on it (wait_async_copies)
+// before the barrier that follows the hidden tile.
 template <typename Config>
 __device__ __forceinline__ void prefetch_weights(const FusedParams& p, float* w_down, float* w_up,
                                                  int col0) {

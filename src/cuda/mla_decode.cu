@@ -16,8 +16,8 @@
 //                              beside it; steps of 256 columns, 8 loads in flight per thread,
 //                              double-buffered; 128 and 4 with four token tiles); the hidden
 //                              chunk [T, chunk] staged in shared memory (chunks narrow as T
-//                              grows: under 48 KB); partial dot
-//                              products to the workspace [chunk][T][rows] float32.
+//                              grows: under 48 KB); partial dot products to the workspace
+//                              [chunk][T][rows] float32.
 //   K2 mla_decode_stage_a_epilogue  block = (slice of 256 rows, token): sums its rows over the
 //                              chunks (fixed order), then per norm group (q_a, c) the block that
 //                              finishes last (an arrival counter per token and group, zeroed by

@@ -839,6 +839,9 @@ constexpr int stage_b_max_smem() {
 }
 static_assert(stage_b_max_smem<__nv_bfloat16, kMaxMTiles>() <= 227 * 1024,
               "K3's largest shared-memory plan fits Hopper's opt-in limit");
+static_assert(stage_b_max_smem<__nv_bfloat16, 1>() <= 48 * 1024,
+              "K3's one-tile variants (held and ring) need no opt-in: only the 2- and 4-tile "
+              "ones are opted in");
 
 // K3's dynamic shared memory for a window of `tokens`: c [tokens, smem_ld(R)] and k_pe
 // [tokens, dr].

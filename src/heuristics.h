@@ -90,6 +90,16 @@ inline bool mla_decode_stage_b_ring(int64_t tiles, int64_t held_plan_warps) {
   return tiles > held_plan_warps;
 }
 
+// cuda-mla-decode at one token, both stages, no q_a: every stage-B block sums stage A's chunk
+// partials itself instead of waiting for the epilogue kernel (K2): one launch and two L2 round
+// trips leave the chain, for L2 reads of stage B's blocks x the partials. Folded where those reads
+// are at most this many bytes (V2-Lite: 64 blocks x 8 chunks x 576 rows x 4 B = 1.2 MB; V3:
+// 512 x 15 x 576 x 4 B = 17.7 MB).
+constexpr int64_t kMlaDecodeFoldMaxReadBytes = int64_t{4} << 20;
+inline bool mla_decode_fold_epilogue(int64_t partial_read_bytes) {
+  return partial_read_bytes <= kMlaDecodeFoldMaxReadBytes;
+}
+
 // ---- launchers' variants ----
 // cuda-fused stages the weights in shared memory (resident configuration) once there are this
 // many 16-token tiles per SM: each SM then reads them once instead of once per tile.

@@ -155,6 +155,7 @@ struct DecodeParams {
   void* pe_out;           // [T, dr]: k_pe for stage B (rounded), or null
 
   // Stage B.
+  bool fold;             // K3 does K2's work itself (mla_decode_fold_epilogue): no K2 launch
   bool from_stage_a;     // c and k_pe from e.latent / pe_out, else:
   bool c_vectors, pe_vectors;  // every token's c (k_pe) source row is whole 16-byte vectors
   const void* latent;    // [B, S, R] (args.latent) or null: from the cache by slot (e.cache)
@@ -555,6 +556,108 @@ __device__ __forceinline__ void stage_rows(T* dst, int ld, const T* const* src, 
   }
 }
 
+// K2's work folded into K3 (one token, no q_a: mla_decode_fold_epilogue): every K3 block sums
+// the chunk partials of the token's [c | k_pe] row itself, in chunk order as K2 does, normalizes
+// c and rotates k_pe into its own A operand; block 0 also writes the cache row. One launch and
+// K2's arrival and re-read round trips leave the chain, for K3's grid x the partials in L2 reads.
+constexpr int kFoldRows = 3;   // rows of [c | k_pe] per thread: R + dr <= 3 * kThreads
+// Chunk partials per row in flight: 8, or 4 within the ring's 64 registers (8 spilled there).
+template <bool kRing>
+constexpr int kFoldBatch = kRing ? 4 : 8;
+static_assert(kFoldBatch<false> <= kPartialBatch, "no more in flight than K2 holds");
+
+// What the fold reads before its wait (stage A writes none of it): this thread's gamma values and,
+// for threads under dr / 2, its RoPE pair's angles (the table's dtype at run time: float32 or T).
+struct FoldInputs {
+  float gamma[kFoldRows];
+  PairAngles angles;
+  bool position_ok;
+};
+
+template <typename T, typename RopeT>
+__device__ __forceinline__ void fold_angles(const DecodeParams& p, FoldInputs& f) {
+  const RopeAngles<RopeT> a = rope_angles<RopeT>(p.e, 0);
+  f.position_ok = a.ok;
+  const int half = p.rope_dim / 2;
+  if (threadIdx.x < half) {
+    f.angles = rope_pair_angles(a, rope_pair(p.e.style, threadIdx.x, half), threadIdx.x, half);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ FoldInputs fold_inputs(const DecodeParams& p) {
+  FoldInputs f{};
+  const T* gamma = static_cast<const T*>(p.e.kv_norm);
+#pragma unroll
+  for (int j = 0; j < kFoldRows; ++j) {
+    const int n = threadIdx.x + j * kThreads;
+    f.gamma[j] = n < p.kv_rank ? to_float(gamma[n]) : 0.f;
+  }
+  if (p.e.rope_dtype == DType::kFloat32) {
+    fold_angles<T, float>(p, f);
+  } else {
+    fold_angles<T, T>(p, f);
+  }
+  return f;
+}
+
+// Token 0's c into c [R] and k_pe into pe [dr] (shared memory, rounded to T); x_pe [2 dr] and
+// red [kWarps] are scratch.
+template <typename T, int kBatch>
+__device__ __forceinline__ void fold_stage_a_epilogue(const DecodeParams& p, const FoldInputs& f,
+                                                      T* c, T* pe, float* x_pe, float* red) {
+  const int width = p.kv_rank + p.rope_dim;
+  float x[kFoldRows] = {};
+  for (int c0 = 0; c0 < p.chunks; c0 += kBatch) {
+    float part[kFoldRows][kBatch];
+#pragma unroll
+    for (int j = 0; j < kFoldRows; ++j) {
+      const int n = threadIdx.x + j * kThreads;
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        part[j][b] = n < width && c0 + b < p.chunks
+                         ? __ldcg(p.partials + static_cast<int64_t>(c0 + b) * p.rows_ld + n)
+                         : 0.f;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kFoldRows; ++j)
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) x[j] += part[j][b];
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < kFoldRows; ++j) {
+    if (threadIdx.x + j * kThreads < p.kv_rank) ss += x[j] * x[j];
+  }
+  const float inv = rsqrtf(block_sum(ss, red) / static_cast<float>(p.kv_rank) + p.e.eps);
+  T* cache = blockIdx.x == 0 && blockIdx.y == 0 ? mla_cache_row<T>(p.e.cache, 0, p.e.seq)
+                                                : nullptr;
+#pragma unroll
+  for (int j = 0; j < kFoldRows; ++j) {
+    const int n = threadIdx.x + j * kThreads;
+    if (n < p.kv_rank) {
+      const T y = from_float<T>(x[j] * inv * f.gamma[j]);
+      c[n] = y;
+      if (cache != nullptr) cache[n] = y;
+    } else if (n < width) {
+      x_pe[n - p.kv_rank] = x[j];
+    }
+  }
+  __syncthreads();
+  const int half = p.rope_dim / 2;
+  if (threadIdx.x < half) {
+    rope_apply<T>(rope_pair(p.e.style, threadIdx.x, half), f.angles, f.position_ok, x_pe,
+                  x_pe + p.rope_dim);
+  }
+  __syncthreads();
+  if (threadIdx.x < p.rope_dim) {
+    const T y = from_float<T>(x_pe[p.rope_dim + threadIdx.x]);
+    pe[threadIdx.x] = y;
+    if (cache != nullptr) cache[p.kv_rank + threadIdx.x] = y;
+  }
+}
+
 // K3's output rows: the element offset of each token's K and V row (token_offset of their
 // strides), in shared memory once per block, so that no store divides by S.
 struct OutRows {
@@ -669,25 +772,32 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
     return n < p.b_rows ? kv_b + n * p.kv_b_ld : nullptr;
   };
 
-  // Before the wait: kv_b is not written by stage A.
+  // Before the wait: kv_b is not written by stage A, nor the fold's gamma and angles.
   uint4 w[kStageBLoads<kM, kRing>];
   load_row_step<T, kStageBLoads<kM, kRing>>(row_of(first), 0, p.kv_rank, q, w);
+  FoldInputs fold_in{};
+  if (p.fold) fold_in = fold_inputs<T>(p);
   wait_for_previous_stage();
 
   // Every token's sources first (a cache slot is a load), then all rows' loads in flight at once.
   __shared__ const T* c_src[kMaxTokens];
   __shared__ const T* pe_src[kMaxTokens];
   __shared__ int64_t k_rows[kMaxTokens], v_rows[kMaxTokens];
+  __shared__ float fold_pe[2 * kMaxRopeDim], fold_red[kWarps];  // the fold's scratch
   for (int t = threadIdx.x; t < win.count; t += kThreads) {
-    stage_b_sources<T>(p, win.begin + t, &c_src[t], &pe_src[t]);
+    if (!p.fold) stage_b_sources<T>(p, win.begin + t, &c_src[t], &pe_src[t]);
     k_rows[t] = token_offset(win.begin + t, p.seq, p.k.stride_batch, p.k.stride_seq);
     v_rows[t] = token_offset(win.begin + t, p.seq, p.v_stride_batch, p.v_stride_seq);
   }
   const OutRows rows{k_rows, v_rows, win.count};
   __syncthreads();
-  stage_rows<T>(a, ld, c_src, win.count, p.kv_rank, p.c_vectors);
-  stage_rows<T>(pe, p.rope_dim, pe_src, win.count, p.rope_dim, p.pe_vectors);
-  wait_async_copies();
+  if (p.fold) {
+    fold_stage_a_epilogue<T, kFoldBatch<kRing>>(p, fold_in, a, pe, fold_pe, fold_red);
+  } else {
+    stage_rows<T>(a, ld, c_src, win.count, p.kv_rank, p.c_vectors);
+    stage_rows<T>(pe, p.rope_dim, pe_src, win.count, p.rope_dim, p.pe_vectors);
+    wait_async_copies();
+  }
   __syncthreads();
 
   // K's k_pe columns: a warp per (token, head) row over the grid, its lanes along the row.
@@ -839,19 +949,19 @@ constexpr int stage_b_max_smem() {
 }
 static_assert(stage_b_max_smem<__nv_bfloat16, kMaxMTiles>() <= 227 * 1024,
               "K3's largest shared-memory plan fits Hopper's opt-in limit");
-static_assert(stage_b_max_smem<__nv_bfloat16, 1>() <= 48 * 1024,
-              "K3's one-tile variants (held and ring) need no opt-in: only the 2- and 4-tile "
-              "ones are opted in");
-
 // K3's dynamic shared memory for a window of `tokens`: c [tokens, smem_ld(R)] and k_pe
 // [tokens, dr].
 int64_t stage_b_smem(const MlaProblem& p, int64_t tokens, int64_t eb) {
   return eb * tokens * (smem_ld(static_cast<int>(p.kv_rank)) + p.rope_dim);
 }
 
-// K3's static shared memory (the per-token source pointers and output rows), which the opt-in
-// limit includes.
-constexpr int64_t kStageBStaticSmem = 2 * kMaxTokens * (sizeof(const void*) + sizeof(int64_t));
+// K3's static shared memory (the per-token source pointers and output rows, the fold's scratch),
+// which the opt-in limit includes.
+constexpr int64_t kStageBStaticSmem = 2 * kMaxTokens * (sizeof(const void*) + sizeof(int64_t)) +
+                                      (2 * kMaxRopeDim + kWarps) * sizeof(float);
+static_assert(stage_b_max_smem<__nv_bfloat16, 1>() + kStageBStaticSmem <= 48 * 1024,
+              "K3's one-tile variants (held and ring) need no opt-in: only the 2- and 4-tile "
+              "ones are opted in");
 
 template <typename T, int kM>
 cudaError_t opt_in_stage_b(size_t device_limit) {
@@ -874,17 +984,28 @@ struct DecodeKernels {
   }
 };
 
-// K3 over `tiles` kv_b tiles: a persistent grid of at most kStageBBlocksPerSm blocks per SM.
-// Stage B alone waits for nothing of ours: a plain launch (its wait returns at once).
+// K3's blocks per token window: a persistent grid over `tiles` kv_b tiles of at most
+// kStageBBlocksPerSm blocks per SM.
+int64_t stage_b_blocks(int64_t tiles, bool ring, int sm_count) {
+  return std::min<int64_t>(ceil_div<int64_t>(tiles, kWarps),
+                           int64_t{ring ? kStageBBlocksPerSm<true> : kStageBBlocksPerSm<false>} *
+                               sm_count);
+}
+
+// Does K3 run at one token tile with the ring (mla_decode_stage_b_ring)?
+bool stage_b_ring(int k_tiles, int64_t tiles, int sm_count) {
+  return k_tiles == 1 &&
+         mla_decode_stage_b_ring(tiles, int64_t{kBlocksPerSm} * kWarps * sm_count);
+}
+
+// K3 over `tiles` kv_b tiles (stage_b_blocks x windows). Stage B alone waits for nothing of ours:
+// a plain launch (its wait returns at once).
 template <typename T, int kM, bool kRing>
 Status launch_stage_b(const DecodeParams& k, int64_t tiles, int windows, int64_t smem,
                       const DeviceFacts* facts, bool after_stage_a, cudaLaunchConfig_t& config) {
   config.numAttrs = after_stage_a && programmatic_launch_allowed<mla_decode_stage_b<T, kM, kRing>>(
                                          facts->major);
-  config.gridDim = dim3(static_cast<unsigned>(
-                            std::min<int64_t>(ceil_div<int64_t>(tiles, kWarps),
-                                              int64_t{kStageBBlocksPerSm<kRing>} *
-                                                  facts->sm_count)),
+  config.gridDim = dim3(static_cast<unsigned>(stage_b_blocks(tiles, kRing, facts->sm_count)),
                         static_cast<unsigned>(windows));
   config.dynamicSmemBytes = static_cast<size_t>(smem);
   LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_b<T, kM, kRing>, k));
@@ -922,6 +1043,12 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.q_slices = ceil_div(k.q_rows, kSlice);
   k.c_slices = ceil_div(k.kv_rank, kSlice);
   k.slices = k.q_slices + k.c_slices + 1;
+  const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
+  const bool ring = stage_b_ring(kM, tiles, facts->sm_count);
+  k.fold = runs_first(p) && runs_second(p) && k.q_rows == 0 && k.tokens == 1 &&
+           k.a_rows <= kFoldRows * kThreads &&
+           mla_decode_fold_epilogue(stage_b_blocks(tiles, ring, facts->sm_count) * k.chunks *
+                                    k.rows_ld * int64_t{sizeof(float)});
 
   k.hidden = a.hidden;
   k.hidden_stride_batch = a.hidden_stride_batch;
@@ -989,18 +1116,19 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
     mla_decode_stage_a<T, kM>
         <<<dim3(plan.row_groups, plan.chunks, windows), kThreads, smem_a, stream>>>(k);
     LATENTKV_RETURN_IF_ERROR(launch_error("mla_decode_stage_a launch"));
-    config.numAttrs =
-        programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(facts->major);
-    config.gridDim = dim3(k.slices, k.tokens);
-    config.dynamicSmemBytes = 0;
-    LATENTKV_CUDA_RETURN(
-        cudaLaunchKernelEx(&config, mla_decode_stage_a_epilogue<T, RopeT>, k));
+    if (!k.fold) {
+      config.numAttrs =
+          programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(facts->major);
+      config.gridDim = dim3(k.slices, k.tokens);
+      config.dynamicSmemBytes = 0;
+      LATENTKV_CUDA_RETURN(
+          cudaLaunchKernelEx(&config, mla_decode_stage_a_epilogue<T, RopeT>, k));
+    }
   }
   if (!runs_second(p)) return Status::Ok();
-  const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
   const int64_t smem_b = stage_b_smem(p, k.window, sizeof(T));
   if constexpr (kM == 1) {
-    if (mla_decode_stage_b_ring(tiles, int64_t{kBlocksPerSm} * kWarps * facts->sm_count)) {
+    if (ring) {
       return launch_stage_b<T, kM, true>(k, tiles, windows, smem_b, facts, runs_first(p), config);
     }
   }

@@ -68,6 +68,7 @@ struct MlaCase {
   int64_t pad_batch = 0;   // extra elements in every batch stride: rows stop folding when B > 1
   bool q_a = true;         // ask for q_a (Rq > 0 only)
   bool bad_positions = false;    // a position < 0 and one == max_position
+  int first_slot = 0;  // kPaged: 0 keeps token 0's shuffled slot, -1 makes it padding, 1 past the end
   bool fused_q_weights = false;  // q_a_weight's rows run straight into kv_a_weight's
   Strategy strategy = Strategy::kCudaMlaGemm;  // forced (kAuto: the table's choice)
   Strategy expect_selected = Strategy::kAuto;  // under kAuto: the strategy it must pick
@@ -82,6 +83,7 @@ std::string case_name(const MlaCase& c) {
   }
   if (c.problem.q_rank > 0 && !c.q_a) n += "_noqa";
   if (c.bad_positions) n += "_badpos";
+  if (c.first_slot != 0) n += c.first_slot < 0 ? "_slot0pad" : "_slot0past";
   if (c.fused_q_weights) n += "_fusedq";
   if (c.problem.rope_dtype != DType::kFloat32) n += "_ropedtype";
   if (c.strategy != Strategy::kCudaMlaGemm) n += std::string("_") + to_string(c.strategy);
@@ -262,6 +264,7 @@ void run_case(const MlaCase& c, const MlaInputs& in, Stream stream, bool graph, 
     std::copy(all.begin(), all.begin() + T, slot_mapping.begin());
     if (T >= 2) slot_mapping[1] = -1;
     if (T >= 3) slot_mapping[static_cast<size_t>(T - 1)] = out->num_slots + 5;
+    if (c.first_slot != 0) slot_mapping[0] = c.first_slot < 0 ? -1 : out->num_slots;
   }
   out->slots = slot_mapping;
   for (int64_t& s : out->slots) {
@@ -712,6 +715,50 @@ std::vector<MlaCase> decode_cases() {
                                  8));
         }
       }
+    }
+  }
+  // One token through both stages without q_a: stage B's blocks fold K2's sums, norm and RoPE
+  // in (mla_decode_fold_epilogue). Every dtype, RoPE style, form and table dtype, cache mode and
+  // token 0's slot as padding and past the end; dr = 2 and 128; D over 16 chunks (two of the
+  // fold's batches); R + dr at the fold's 768 rows and 8 past them (K2 again); the ring (5040
+  // kv_b tiles) folding too.
+  MlaProblem one = mla_shape(520, 0, 64, 16, 3, 24, 16);
+  for (DType dt : kHalfTypes) {
+    for (RopeStyle style : kStyles) {
+      for (RopeForm form : {RopeForm::kPositions, RopeForm::kCosSin}) {
+        for (CacheMode cache : {CacheMode::kNone, CacheMode::kDense, CacheMode::kPaged}) {
+          MlaCase c = decode({"fold", with(one, dt, MlaStage::kBoth, style), form, cache}, 8);
+          if (form == RopeForm::kCosSin && cache == CacheMode::kDense) {
+            c.problem.rope_dtype = dt;
+          }
+          cases.push_back(c);
+        }
+      }
+    }
+    for (int first_slot : {-1, 1}) {
+      MlaCase c = decode({"fold", with(one, dt, MlaStage::kBoth, RopeStyle::kInterleave),
+                          RopeForm::kPositions, CacheMode::kPaged},
+                         0);
+      c.first_slot = first_slot;
+      cases.push_back(c);
+    }
+  }
+  const Edge fold_edges[] = {
+      {"fold-rope2", 1, 1, 264, 0, 40, 2, 2, 8, 8},
+      {"fold-rope128", 1, 1, 264, 0, 96, 128, 3, 16, 24},
+      {"fold-16-chunks", 1, 1, 4096, 0, 64, 16, 2, 16, 16},
+      {"fold-768-rows", 1, 1, 256, 0, 704, 64, 2, 16, 16},
+      {"fold-past-768-rows", 1, 1, 256, 0, 712, 64, 2, 16, 16},
+      {"fold-ring", 1, 1, 1280, 0, 264, 64, 160, 120, 132},
+  };
+  for (const Edge& e : fold_edges) {
+    MlaProblem p = mla_shape(e.d, e.q_rank, e.r, e.dr, e.h, e.dn, e.dv);
+    for (DType dt : kHalfTypes) {
+      MlaCase c = decode({e.name, with(p, dt, MlaStage::kBoth, RopeStyle::kNeox),
+                          RopeForm::kPositions, CacheMode::kPaged},
+                         0);
+      c.bad_positions = dt == DType::kFloat16;
+      cases.push_back(c);
     }
   }
   for (const MlaNamedCase& preset : mla_preset_cases()) {

@@ -101,6 +101,11 @@ inline bool mla_decode_fold_epilogue(int64_t partial_read_bytes) {
 }
 
 // ---- launchers' variants ----
+// cuda-fused's one-token configuration (its kernel takes T <= 2 at D <= 256, R <= 64): one
+// round trip and three barriers instead of the streaming configuration's split-K chain.
+inline bool fused_use_one_token(int64_t tokens) {
+  return tokens >= 1 && tokens <= tiles::kFusedOneTokenMaxTokens;
+}
 // cuda-fused stages the weights in shared memory (resident configuration) once there are this
 // many 16-token tiles per SM: each SM then reads them once instead of once per tile.
 constexpr int kFusedResidentMinTilesPerSm = 2;

@@ -26,6 +26,13 @@ constexpr int kFusedResidentUpCols = 256;  // 64 column groups x 4 columns per u
 constexpr int kFusedDownCols = 64;
 // Rows are read 4 floats at a time (16 bytes) when D, R and 2N are multiples of this.
 constexpr int kFusedVectorWidth = 4;
+// One-token configuration (fused_fp32_one_token.cu, T <= 2): every block computes the whole
+// latent with one w_down row per thread (D <= 256) and a 64-wide reduce-scatter (R <= 64), then
+// its 32 of the 2N [K | V] columns.
+constexpr int kFusedOneTokenMaxTokens = 2;
+constexpr int kFusedOneTokenMaxModelDim = 256;
+constexpr int kFusedOneTokenMaxRank = 64;
+constexpr int kFusedOneTokenBlockCols = 32;
 // Cluster configuration (fused_fp32_cluster.cu, sm_90, 16-byte aligned rows): a cluster of C
 // blocks per token tile (C from heuristics.h), block b taking D chunk b of the down projection and
 // column chunk b of the up one, so each fetches 1/C of the weights in one round trip. 8 is the

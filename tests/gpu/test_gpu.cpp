@@ -771,7 +771,7 @@ TEST(GpuDecodeDispatch, AutoPicksDecodeForFewTokens) {
 // pointers 16 bytes off (still its path) and 4 bytes off (the fallback configuration).
 
 // Inputs padded by in_pad elements per dimension, out and latent by out_pad.
-Args cluster_args(const Problem& p, int64_t in_pad, int64_t out_pad) {
+Args fused_layout_args(const Problem& p, int64_t in_pad, int64_t out_pad) {
   Args a = padded_args(p, in_pad);
   const Args o = padded_args(p, out_pad);
   a.out_stride_head = o.out_stride_head;
@@ -784,7 +784,7 @@ Args cluster_args(const Problem& p, int64_t in_pad, int64_t out_pad) {
 }
 
 // cuda-fused forced on p under each layout, against float64; outputs NaN-poisoned before each run.
-void expect_fused_cluster_layouts(const Problem& p) {
+void expect_fused_layouts(const Problem& p) {
   const Expected e = expected_for(p);
   const struct {
     int64_t in_pad, out_pad, misalign;
@@ -796,7 +796,7 @@ void expect_fused_cluster_layouts(const Problem& p) {
                  std::to_string(l.out_pad) + ", misalign " + std::to_string(l.misalign) +
                  (l.latent ? ", latent" : ""));
     const StridedBuffers host =
-        strided_buffers(p, e.in, cluster_args(p, l.in_pad, l.out_pad), l.latent);
+        strided_buffers(p, e.in, fused_layout_args(p, l.in_pad, l.out_pad), l.latent);
     DeviceCall dev;
     dev.init(p, host, l.misalign);
     if (::testing::Test::HasFatalFailure()) return;
@@ -828,7 +828,7 @@ TEST(GpuFusedCluster, SmallEdges) {
   ASSERT_GT(t, 1);
   for (const Problem& p : {shape(1, t, 256, 48, 4, 32), shape(1, t, 20, 8, 1, 4),
                            shape(1, t + 2, 4, 4, 3, 4), shape(1, t + 6, 64, 52, 2, 6)}) {
-    expect_fused_cluster_layouts(p);
+    expect_fused_layouts(p);
     if (HasFatalFailure()) return;
   }
 }
@@ -843,26 +843,45 @@ TEST(GpuFusedCluster, TokenTileEdges) {
     for (int64_t t : {edge - 1, edge, edge + 1}) tokens.push_back(t);
   }
   for (int64_t t : tokens) {
-    expect_fused_cluster_layouts(shape(1, t, 256, 48, 4, 32));
+    expect_fused_layouts(shape(1, t, 256, 48, 4, 32));
     if (HasFatalFailure()) return;
   }
-  expect_fused_cluster_layouts(shape(4, 96, 256, 48, 4, 32));  // the founding case, B > 1
+  expect_fused_layouts(shape(4, 96, 256, 48, 4, 32));  // the founding case, B > 1
 }
 
 TEST(GpuFusedCluster, ChunkEdges) {
   SKIP_WITHOUT_CUDA();
   const int64_t t = 8 * device_sm_count() + 1;  // the cluster configuration at any width
   for (int64_t d : {4, 12, 20, 60, 260}) {
-    expect_fused_cluster_layouts(shape(1, t, d, 16, 2, 8));
+    expect_fused_layouts(shape(1, t, d, 16, 2, 8));
     if (HasFatalFailure()) return;
   }
   for (int64_t r : {4, 44, 52}) {
-    expect_fused_cluster_layouts(shape(1, t, 40, r, 2, 16));
+    expect_fused_layouts(shape(1, t, 40, r, 2, 16));
     if (HasFatalFailure()) return;
   }
   for (const auto& [h, dh] : {std::pair<int64_t, int64_t>{1, 4}, {3, 4}, {1, 12}, {2, 36},
                               {2, 6}, {4, 32}}) {
-    expect_fused_cluster_layouts(shape(1, t, 24, 12, h, dh));
+    expect_fused_layouts(shape(1, t, 24, 12, h, dh));
+    if (HasFatalFailure()) return;
+  }
+}
+
+// ---- cuda-fused's one-token configuration (T <= 2, D <= 256, R <= 64 and a multiple of 4) ----
+// The founding widths at T = 1, T = 2 in one sequence and over two; D = 1, 32, 33 and 255 (rows
+// past D read nothing); R = 4, 8, 44, 48, 60 and 64 (the reduce-scatter's full width; row slices
+// of 1..8 rows, the last one short); 2N = 8, 30 (one partial block), 80 (K | V meeting inside a
+// block, N = 40) and 1024 (32 blocks); odd head widths; then D = 257, R = 62 and R = 68, which
+// fall back to the streaming configuration. Each under the layouts above (pointers 4 bytes off:
+// w_down's rows are no longer vectors, the fallback again).
+TEST(GpuFusedOneToken, Edges) {
+  SKIP_WITHOUT_CUDA();
+  for (const Problem& p :
+       {shape(1, 1, 256, 48, 4, 32), shape(1, 2, 256, 48, 4, 32), shape(2, 1, 256, 48, 4, 32),
+        shape(1, 1, 1, 4, 1, 4), shape(1, 1, 32, 64, 2, 20), shape(1, 1, 33, 60, 1, 16),
+        shape(1, 2, 255, 8, 5, 3), shape(1, 1, 256, 64, 16, 32), shape(1, 2, 100, 44, 2, 10),
+        shape(1, 1, 257, 48, 4, 32), shape(1, 1, 64, 62, 2, 8), shape(1, 1, 64, 68, 2, 8)}) {
+    expect_fused_layouts(p);
     if (HasFatalFailure()) return;
   }
 }

@@ -99,6 +99,13 @@ constexpr int64_t kMlaDecodeFoldMaxReadBytes = int64_t{4} << 20;
 inline bool mla_decode_fold_epilogue(int64_t partial_read_bytes) {
   return partial_read_bytes <= kMlaDecodeFoldMaxReadBytes;
 }
+// Elsewhere without q_a, its epilogue kernel (K2) runs one block per token over the whole
+// [c | k_pe] row (no arrival counters) where that block's partial loads take at most this many
+// round trips: the sliced K2 takes three (the partials, the arrival, the sums).
+constexpr int kMlaDecodeWholeRowsMaxTrips = 2;
+inline bool mla_decode_whole_rows(int partial_trips) {
+  return partial_trips <= kMlaDecodeWholeRowsMaxTrips;
+}
 
 // ---- launchers' variants ----
 // cuda-fused's one-token configuration (its kernel takes T <= 2 at D <= 256, R <= 64): one

@@ -24,7 +24,11 @@
 //                              K1) sums the slices' squares in slice order, normalizes the row
 //                              and writes q_a, the cache row's c and c for stage B; the k_pe slice
 //                              rotates (mla_rope.h: every style and form, NaN past the table)
-//                              into the cache row and stage B's k_pe.
+//                              into the cache row and stage B's k_pe. Without q_a, where the
+//                              partials take at most two round trips, one block per token does
+//                              the whole [c | k_pe] row instead (no counters: the row epilogue).
+//                              At one token through both stages K2 is not launched: every K3
+//                              block runs the row epilogue itself (heuristics.h: the fold).
 //   K3 mla_decode_stage_b      persistent warps over 8-row tiles of kv_b_weight (all R columns):
 //                              the first tile's weights are loaded into registers BEFORE
 //                              waiting for K2, so kv_b's stream overlaps stage A (at one token
@@ -155,7 +159,8 @@ struct DecodeParams {
   void* pe_out;           // [T, dr]: k_pe for stage B (rounded), or null
 
   // Stage B.
-  bool fold;             // K3 does K2's work itself (mla_decode_fold_epilogue): no K2 launch
+  bool whole_rows;       // K2 is the whole-row epilogue, one block per token
+  bool fold;             // K3 runs it itself (mla_decode_fold_epilogue): no K2 launch
   bool from_stage_a;     // c and k_pe from e.latent / pe_out, else:
   bool c_vectors, pe_vectors;  // every token's c (k_pe) source row is whole 16-byte vectors
   const void* latent;    // [B, S, R] (args.latent) or null: from the cache by slot (e.cache)
@@ -418,6 +423,110 @@ __device__ __forceinline__ void normalize_group(const DecodeParams& p, const Sli
   }
 }
 
+// The whole-row epilogue: one block sums all chunk partials of token t's [c | k_pe] row (in chunk
+// order, as the sliced K2 does), normalizes c and rotates k_pe, with no arrival counters: K2 runs
+// it as one block per token where there is no q_a and the row fits (mla_decode_whole_rows), and
+// K3 folds it in at one token (mla_decode_fold_epilogue; then K2 is not launched).
+constexpr int kRowEpilogueRows = 3;  // rows of [c | k_pe] per thread: R + dr <= 3 * kThreads
+// Chunk partials per row in flight: 8, or 4 within 64 registers (K3's ring: 8 spilled there) and
+// K2's 48.
+template <bool kFewRegisters>
+constexpr int kRowEpilogueBatch = kFewRegisters ? 4 : 8;
+static_assert(kRowEpilogueBatch<false> <= kPartialBatch, "no more in flight than K2 holds");
+
+// What the row epilogue reads before its wait (stage A writes none of it): this thread's gamma
+// values and, for threads under dr / 2, its RoPE pair's angles (the table's dtype at run time:
+// float32 or T).
+struct RowEpilogueInputs {
+  float gamma[kRowEpilogueRows];
+  PairAngles angles;
+  bool position_ok;
+};
+
+template <typename T, typename RopeT>
+__device__ __forceinline__ void row_epilogue_angles(const DecodeParams& p, int t,
+                                                    RowEpilogueInputs& f) {
+  const RopeAngles<RopeT> a = rope_angles<RopeT>(p.e, t);
+  f.position_ok = a.ok;
+  const int half = p.rope_dim / 2;
+  if (threadIdx.x < half) {
+    f.angles = rope_pair_angles(a, rope_pair(p.e.style, threadIdx.x, half), threadIdx.x, half);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ RowEpilogueInputs row_epilogue_inputs(const DecodeParams& p, int t) {
+  RowEpilogueInputs f{};
+  const T* gamma = static_cast<const T*>(p.e.kv_norm);
+#pragma unroll
+  for (int j = 0; j < kRowEpilogueRows; ++j) {
+    const int n = threadIdx.x + j * kThreads;
+    f.gamma[j] = n < p.kv_rank ? to_float(gamma[n]) : 0.f;
+  }
+  if (p.e.rope_dtype == DType::kFloat32) {
+    row_epilogue_angles<T, float>(p, t, f);
+  } else {
+    row_epilogue_angles<T, T>(p, t, f);
+  }
+  return f;
+}
+
+// Token t's c into c [R] and k_pe into pe [dr] (shared or global memory, rounded to T), and both
+// into the cache row (null: none); x_pe [2 dr] and red [kWarps] are shared scratch.
+template <typename T, int kBatch>
+__device__ __forceinline__ void row_epilogue(const DecodeParams& p, const RowEpilogueInputs& f,
+                                             int t, T* c, T* pe, T* cache, float* x_pe,
+                                             float* red) {
+  const int width = p.kv_rank + p.rope_dim;
+  const int64_t plane = static_cast<int64_t>(p.tokens) * p.rows_ld;
+  const float* src = p.partials + static_cast<int64_t>(t) * p.rows_ld;
+  float x[kRowEpilogueRows] = {};
+  for (int c0 = 0; c0 < p.chunks; c0 += kBatch) {
+    float part[kRowEpilogueRows][kBatch];
+#pragma unroll
+    for (int j = 0; j < kRowEpilogueRows; ++j) {
+      const int n = threadIdx.x + j * kThreads;
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        part[j][b] = n < width && c0 + b < p.chunks ? __ldcg(src + (c0 + b) * plane + n) : 0.f;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kRowEpilogueRows; ++j)
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) x[j] += part[j][b];
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < kRowEpilogueRows; ++j) {
+    if (threadIdx.x + j * kThreads < p.kv_rank) ss += x[j] * x[j];
+  }
+  const float inv = rsqrtf(block_sum(ss, red) / static_cast<float>(p.kv_rank) + p.e.eps);
+#pragma unroll
+  for (int j = 0; j < kRowEpilogueRows; ++j) {
+    const int n = threadIdx.x + j * kThreads;
+    if (n < p.kv_rank) {
+      const T y = from_float<T>(x[j] * inv * f.gamma[j]);
+      if (c != nullptr) c[n] = y;
+      if (cache != nullptr) cache[n] = y;
+    } else if (n < width) {
+      x_pe[n - p.kv_rank] = x[j];
+    }
+  }
+  __syncthreads();
+  const int half = p.rope_dim / 2;
+  if (threadIdx.x < half) {
+    rope_apply<T>(rope_pair(p.e.style, threadIdx.x, half), f.angles, f.position_ok, x_pe,
+                  x_pe + p.rope_dim);
+  }
+  __syncthreads();
+  if (threadIdx.x < p.rope_dim) {
+    const T y = from_float<T>(x_pe[p.rope_dim + threadIdx.x]);
+    if (pe != nullptr) pe[threadIdx.x] = y;
+    if (cache != nullptr) cache[p.kv_rank + threadIdx.x] = y;
+  }
+}
+
 // K2. Block (slice x, token y). Everything K1 does not write (gamma, the slot, the position and its
 // cos/sin) is read before the wait, so the chain after K1 is the partials and the arrival.
 template <typename T, typename RopeT>
@@ -498,6 +607,26 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
   normalize_group<T>(p, sl, t, gamma_held, cache);
 }
 
+// K2 as one block per token (mla_decode_whole_rows): block y runs the whole-row epilogue for token
+// y and writes the cache row and stage B's c and k_pe. Gamma and the angles are read before the
+// wait, as in the sliced K2.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
+    mla_decode_stage_a_row_epilogue(const __grid_constant__ DecodeParams p) {
+  __shared__ float red[kWarps];
+  __shared__ float pe[2 * kMaxRopeDim];  // k_pe before and after RoPE
+  allow_dependents();
+  const int t = blockIdx.y;
+  const RowEpilogueInputs f = row_epilogue_inputs<T>(p, t);
+  wait_for_previous_stage();
+  T* latent = p.e.latent == nullptr
+                  ? nullptr
+                  : static_cast<T*>(p.e.latent) + static_cast<int64_t>(t) * p.kv_rank;
+  T* pe_row = p.pe_out == nullptr ? nullptr : static_cast<T*>(p.pe_out) + t * p.rope_dim;
+  row_epilogue<T, kRowEpilogueBatch<true>>(p, f, t, latent, pe_row,
+                                           mla_cache_row<T>(p.e.cache, t, p.e.seq), pe, red);
+}
+
 // K3's A operand row t (c, rounded to T) and k_pe row, from stage A's workspace, the caller's
 // latent and k_pe, or the cache row by slot (null for a skipped slot: zeros).
 template <typename T>
@@ -553,108 +682,6 @@ __device__ __forceinline__ void stage_rows(T* dst, int ld, const T* const* src, 
       const int i = i0 + j * kThreads;
       if (i < n) dst[(i / width) * ld + i % width] = v[j];
     }
-  }
-}
-
-// K2's work folded into K3 (one token, no q_a: mla_decode_fold_epilogue): every K3 block sums
-// the chunk partials of the token's [c | k_pe] row itself, in chunk order as K2 does, normalizes
-// c and rotates k_pe into its own A operand; block 0 also writes the cache row. One launch and
-// K2's arrival and re-read round trips leave the chain, for K3's grid x the partials in L2 reads.
-constexpr int kFoldRows = 3;   // rows of [c | k_pe] per thread: R + dr <= 3 * kThreads
-// Chunk partials per row in flight: 8, or 4 within the ring's 64 registers (8 spilled there).
-template <bool kRing>
-constexpr int kFoldBatch = kRing ? 4 : 8;
-static_assert(kFoldBatch<false> <= kPartialBatch, "no more in flight than K2 holds");
-
-// What the fold reads before its wait (stage A writes none of it): this thread's gamma values and,
-// for threads under dr / 2, its RoPE pair's angles (the table's dtype at run time: float32 or T).
-struct FoldInputs {
-  float gamma[kFoldRows];
-  PairAngles angles;
-  bool position_ok;
-};
-
-template <typename T, typename RopeT>
-__device__ __forceinline__ void fold_angles(const DecodeParams& p, FoldInputs& f) {
-  const RopeAngles<RopeT> a = rope_angles<RopeT>(p.e, 0);
-  f.position_ok = a.ok;
-  const int half = p.rope_dim / 2;
-  if (threadIdx.x < half) {
-    f.angles = rope_pair_angles(a, rope_pair(p.e.style, threadIdx.x, half), threadIdx.x, half);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ FoldInputs fold_inputs(const DecodeParams& p) {
-  FoldInputs f{};
-  const T* gamma = static_cast<const T*>(p.e.kv_norm);
-#pragma unroll
-  for (int j = 0; j < kFoldRows; ++j) {
-    const int n = threadIdx.x + j * kThreads;
-    f.gamma[j] = n < p.kv_rank ? to_float(gamma[n]) : 0.f;
-  }
-  if (p.e.rope_dtype == DType::kFloat32) {
-    fold_angles<T, float>(p, f);
-  } else {
-    fold_angles<T, T>(p, f);
-  }
-  return f;
-}
-
-// Token 0's c into c [R] and k_pe into pe [dr] (shared memory, rounded to T); x_pe [2 dr] and
-// red [kWarps] are scratch.
-template <typename T, int kBatch>
-__device__ __forceinline__ void fold_stage_a_epilogue(const DecodeParams& p, const FoldInputs& f,
-                                                      T* c, T* pe, float* x_pe, float* red) {
-  const int width = p.kv_rank + p.rope_dim;
-  float x[kFoldRows] = {};
-  for (int c0 = 0; c0 < p.chunks; c0 += kBatch) {
-    float part[kFoldRows][kBatch];
-#pragma unroll
-    for (int j = 0; j < kFoldRows; ++j) {
-      const int n = threadIdx.x + j * kThreads;
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        part[j][b] = n < width && c0 + b < p.chunks
-                         ? __ldcg(p.partials + static_cast<int64_t>(c0 + b) * p.rows_ld + n)
-                         : 0.f;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kFoldRows; ++j)
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) x[j] += part[j][b];
-  }
-  float ss = 0.f;
-#pragma unroll
-  for (int j = 0; j < kFoldRows; ++j) {
-    if (threadIdx.x + j * kThreads < p.kv_rank) ss += x[j] * x[j];
-  }
-  const float inv = rsqrtf(block_sum(ss, red) / static_cast<float>(p.kv_rank) + p.e.eps);
-  T* cache = blockIdx.x == 0 && blockIdx.y == 0 ? mla_cache_row<T>(p.e.cache, 0, p.e.seq)
-                                                : nullptr;
-#pragma unroll
-  for (int j = 0; j < kFoldRows; ++j) {
-    const int n = threadIdx.x + j * kThreads;
-    if (n < p.kv_rank) {
-      const T y = from_float<T>(x[j] * inv * f.gamma[j]);
-      c[n] = y;
-      if (cache != nullptr) cache[n] = y;
-    } else if (n < width) {
-      x_pe[n - p.kv_rank] = x[j];
-    }
-  }
-  __syncthreads();
-  const int half = p.rope_dim / 2;
-  if (threadIdx.x < half) {
-    rope_apply<T>(rope_pair(p.e.style, threadIdx.x, half), f.angles, f.position_ok, x_pe,
-                  x_pe + p.rope_dim);
-  }
-  __syncthreads();
-  if (threadIdx.x < p.rope_dim) {
-    const T y = from_float<T>(x_pe[p.rope_dim + threadIdx.x]);
-    pe[threadIdx.x] = y;
-    if (cache != nullptr) cache[p.kv_rank + threadIdx.x] = y;
   }
 }
 
@@ -775,8 +802,8 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   // Before the wait: kv_b is not written by stage A, nor the fold's gamma and angles.
   uint4 w[kStageBLoads<kM, kRing>];
   load_row_step<T, kStageBLoads<kM, kRing>>(row_of(first), 0, p.kv_rank, q, w);
-  FoldInputs fold_in{};
-  if (p.fold) fold_in = fold_inputs<T>(p);
+  RowEpilogueInputs fold_in{};
+  if (p.fold) fold_in = row_epilogue_inputs<T>(p, 0);
   wait_for_previous_stage();
 
   // Every token's sources first (a cache slot is a load), then all rows' loads in flight at once.
@@ -792,7 +819,9 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   const OutRows rows{k_rows, v_rows, win.count};
   __syncthreads();
   if (p.fold) {
-    fold_stage_a_epilogue<T, kFoldBatch<kRing>>(p, fold_in, a, pe, fold_pe, fold_red);
+    T* cache = blockIdx.x == 0 && blockIdx.y == 0 ? mla_cache_row<T>(p.e.cache, 0, p.e.seq)
+                                                  : nullptr;
+    row_epilogue<T, kRowEpilogueBatch<kRing>>(p, fold_in, 0, a, pe, cache, fold_pe, fold_red);
   } else {
     stage_rows<T>(a, ld, c_src, win.count, p.kv_rank, p.c_vectors);
     stage_rows<T>(pe, p.rope_dim, pe_src, win.count, p.rope_dim, p.pe_vectors);
@@ -1045,10 +1074,12 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.slices = k.q_slices + k.c_slices + 1;
   const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
   const bool ring = stage_b_ring(kM, tiles, facts->sm_count);
-  k.fold = runs_first(p) && runs_second(p) && k.q_rows == 0 && k.tokens == 1 &&
-           k.a_rows <= kFoldRows * kThreads &&
+  const bool whole_row_fits = k.q_rows == 0 && k.a_rows <= kRowEpilogueRows * kThreads;
+  k.fold = runs_first(p) && runs_second(p) && whole_row_fits && k.tokens == 1 &&
            mla_decode_fold_epilogue(stage_b_blocks(tiles, ring, facts->sm_count) * k.chunks *
                                     k.rows_ld * int64_t{sizeof(float)});
+  k.whole_rows = !k.fold && whole_row_fits &&
+                 mla_decode_whole_rows(ceil_div(k.chunks, kRowEpilogueBatch<true>));
 
   k.hidden = a.hidden;
   k.hidden_stride_batch = a.hidden_stride_batch;
@@ -1116,11 +1147,16 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
     mla_decode_stage_a<T, kM>
         <<<dim3(plan.row_groups, plan.chunks, windows), kThreads, smem_a, stream>>>(k);
     LATENTKV_RETURN_IF_ERROR(launch_error("mla_decode_stage_a launch"));
-    if (!k.fold) {
+    config.dynamicSmemBytes = 0;
+    if (k.whole_rows) {
+      config.numAttrs =
+          programmatic_launch_allowed<mla_decode_stage_a_row_epilogue<T>>(facts->major);
+      config.gridDim = dim3(1, k.tokens);
+      LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_a_row_epilogue<T>, k));
+    } else if (!k.fold) {
       config.numAttrs =
           programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(facts->major);
       config.gridDim = dim3(k.slices, k.tokens);
-      config.dynamicSmemBytes = 0;
       LATENTKV_CUDA_RETURN(
           cudaLaunchKernelEx(&config, mla_decode_stage_a_epilogue<T, RopeT>, k));
     }

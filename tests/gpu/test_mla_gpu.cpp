@@ -743,6 +743,29 @@ std::vector<MlaCase> decode_cases() {
       cases.push_back(c);
     }
   }
+  // Past one token (or the first stage alone) without q_a, K2 runs as one block per token over
+  // the whole row where its partial loads take at most two round trips (mla_decode_whole_rows):
+  // T = 2 and 17 (two windows) at both stages; D = 2048 at 8 chunks (two trips) and D = 2304 at
+  // 9 (three: the sliced K2 again).
+  for (DType dt : kHalfTypes) {
+    for (int64_t tokens : {2, 17}) {
+      for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst}) {
+        MlaProblem p = one;
+        p.seq = tokens;
+        cases.push_back(decode({"rows", with(p, dt, stage, RopeStyle::kGptJ), RopeForm::kCosSin,
+                                CacheMode::kPaged},
+                               8));
+      }
+    }
+  }
+  for (int64_t d : {2048, 2304}) {
+    MlaProblem p = mla_shape(d, 0, 64, 16, 3, 24, 16);
+    p.seq = 4;
+    cases.push_back(decode({"rows-chunks", with(p, DType::kBFloat16, MlaStage::kFirst,
+                                                RopeStyle::kInterleave),
+                            RopeForm::kPositions, CacheMode::kPaged},
+                           0));
+  }
   const Edge fold_edges[] = {
       {"fold-rope2", 1, 1, 264, 0, 40, 2, 2, 8, 8},
       {"fold-rope128", 1, 1, 264, 0, 96, 128, 3, 16, 24},

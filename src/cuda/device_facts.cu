@@ -29,7 +29,7 @@ Status device_facts(int device, const DeviceFacts** out) {
   std::call_once(once[device], [device] {
     const RelaxedCaptureScope relaxed;
     DeviceFacts& f = facts[device];
-    int smem = 0, smem_sm = 0, smem_reserved = 0, cooperative = 0;
+    int smem = 0, cooperative = 0;
     const struct {
       int* value;
       cudaDeviceAttr attribute;
@@ -37,20 +37,15 @@ Status device_facts(int device, const DeviceFacts** out) {
                    {&f.major, cudaDevAttrComputeCapabilityMajor},
                    {&f.minor, cudaDevAttrComputeCapabilityMinor},
                    {&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin},
-                   {&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor},
-                   {&smem_reserved, cudaDevAttrReservedSharedMemoryPerBlock},
                    {&cooperative, cudaDevAttrCooperativeLaunch}};
     cudaError_t err = cudaSuccess;
     for (const auto& q : queries) {
       if (err == cudaSuccess) err = cudaDeviceGetAttribute(q.value, q.attribute, device);
     }
     f.smem_optin = static_cast<size_t>(smem);
-    f.smem_per_sm = static_cast<size_t>(smem_sm);
-    f.smem_reserved_per_block = static_cast<size_t>(smem_reserved);
     f.cooperative_launch = cooperative != 0;
     f.status = cuda_status(err, "cudaDeviceGetAttribute(MultiProcessorCount, ComputeCapability, "
-                                "MaxSharedMemoryPerBlockOptin, MaxSharedMemoryPerMultiprocessor, "
-                                "ReservedSharedMemoryPerBlock, CooperativeLaunch)");
+                                "MaxSharedMemoryPerBlockOptin, CooperativeLaunch)");
   });
   *out = &facts[device];
   return (*out)->status;

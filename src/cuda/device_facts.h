@@ -19,8 +19,6 @@ struct DeviceFacts {
   int sm_count = 0;
   int major = 0, minor = 0;  // compute capability
   size_t smem_optin = 0;     // bytes of shared memory one block may opt in to (227 KB on Hopper)
-  size_t smem_per_sm = 0;    // bytes of shared memory per SM, all resident blocks (228 KB)
-  size_t smem_reserved_per_block = 0;  // of those, what the system takes per block (1 KB)
   bool cooperative_launch = false;
   Status status;  // the queries' outcome
 };

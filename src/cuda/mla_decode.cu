@@ -93,10 +93,6 @@ template <int kM, bool kRing>
 constexpr int kStageBLoads = kRing ? 4 : kM == 4 ? 8 : 16;
 template <int kM, bool kRing>
 constexpr int kStageBStep = kStageBLoads<kM, kRing> * kKBlock;
-// The ring's first tile beyond its 4 K-blocks of registers: up to 12 more (R = 512 whole) copied
-// into shared memory by cp.async before the wait, each thread its own 16 bytes per K-block (so no
-// barrier), as many as fit beside 4 blocks per SM; later tiles walk the register ring as before.
-constexpr int kMaxRingPrefetch = 12;
 constexpr int kMaxRank = 1024;     // c [16, R + pad] in shared memory beside k_pe (< 48 KB)
 constexpr int kSlice = kThreads;   // K2: one row per thread
 constexpr int kMaxRopeDim = kThreads;  // K2's k_pe slice is one block
@@ -165,9 +161,6 @@ struct DecodeParams {
   // Stage B.
   bool whole_rows;       // K2 is the whole-row epilogue, one block per token
   bool fold;             // K3 runs it itself (mla_decode_fold_epilogue): no K2 launch
-  int b_prefetch;        // K3's ring: K-blocks of each warp's first tile past the registers' that
-                         // go to shared memory at kernel start (0..kMaxRingPrefetch)
-  int b_prefetch_offset; // bytes from the dynamic shared memory's start to them
   bool from_stage_a;     // c and k_pe from e.latent / pe_out, else:
   bool c_vectors, pe_vectors;  // every token's c (k_pe) source row is whole 16-byte vectors
   const void* latent;    // [B, S, R] (args.latent) or null: from the cache by slot (e.cache)
@@ -734,7 +727,7 @@ __device__ __forceinline__ void store_kv(const DecodeParams& p, const OutRows& r
 template <typename T, int kLoads>
 __device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const OutRows& rows, const T* a,
                                              int ld, int first, int stride, int tiles, int lane,
-                                             const uint4* prefetched, uint4 (&w)[kLoads]) {
+                                             uint4 (&w)[kLoads]) {
   constexpr int kStep = kLoads * kKBlock;
   static_assert(kStep % (2 * kKBlock) == 0, "a step keeps the chains on K-block parity");
   const int g = lane / 4, q = lane % 4;
@@ -758,8 +751,6 @@ __device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const OutRow
                             : nullptr;
     const int next_left = p.kv_rank - next_k0 - 8 * q;
     const int left = p.kv_rank - k0 - 8 * q;
-    // The next position's K-blocks from the first tile's prefetch where they are there.
-    const int next_slot = next_tile == first ? next_k0 / kKBlock - kLoads : INT_MAX;
     if (k0 == 0) acc.zero();
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) {
@@ -769,11 +760,7 @@ __device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const OutRow
         const uint4 x1 = in && t1_in ? shared_vector(a1 + k0 + j * kKBlock) : zero;
         mma_block<T>(acc.c[j % kStageBChains<1>][0], x0, x1, w[j]);
       }
-      if (next_slot + j >= 0 && next_slot + j < p.b_prefetch) {
-        w[j] = prefetched[(next_slot + j) * kThreads];
-      } else {
-        w[j] = load_or_zero(next_src + j * kKBlock, next_src != nullptr && j * kKBlock < next_left);
-      }
+      w[j] = load_or_zero(next_src + j * kKBlock, next_src != nullptr && j * kKBlock < next_left);
     }
     if (next_k0 == 0) {  // the tile's last step: its outputs (token g: 0, 1; g + 8: 2, 3)
       const int n = tile * kTileRows + 2 * q;
@@ -815,18 +802,6 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   // Before the wait: kv_b is not written by stage A, nor the fold's gamma and angles.
   uint4 w[kStageBLoads<kM, kRing>];
   load_row_step<T, kStageBLoads<kM, kRing>>(row_of(first), 0, p.kv_rank, q, w);
-  uint4* prefetched = reinterpret_cast<uint4*>(reinterpret_cast<char*>(smem_b) +
-                                               p.b_prefetch_offset) +
-                      threadIdx.x;  // [b_prefetch][kThreads]: this thread's 16 bytes of each
-  if constexpr (kRing) {
-    const T* row = row_of(first);
-#pragma unroll
-    for (int j = 0; j < kMaxRingPrefetch; ++j) {
-      const int k = (kStageBLoads<kM, kRing> + j) * kKBlock + 8 * q;
-      const bool valid = row != nullptr && k < p.kv_rank;
-      if (j < p.b_prefetch) copy16_async(prefetched + j * kThreads, valid ? row + k : kv_b, valid);
-    }
-  }
   RowEpilogueInputs fold_in{};
   if (p.fold) fold_in = row_epilogue_inputs<T>(p, 0);
   wait_for_previous_stage();
@@ -862,9 +837,7 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   }
 
   if constexpr (kRing) {
-    wait_async_copies();  // this thread's prefetch (its own slots: no barrier)
-    stage_b_ring<T, kStageBLoads<kM, kRing>>(p, rows, a, ld, first, stride, tiles, lane,
-                                             prefetched, w);
+    stage_b_ring<T, kStageBLoads<kM, kRing>>(p, rows, a, ld, first, stride, tiles, lane, w);
   } else {
     for (int tile = first; tile < tiles; tile += stride) {
       const T* row = row_of(tile);
@@ -1028,52 +1001,17 @@ cudaError_t opt_in_stage_b(size_t device_limit) {
                               static_cast<int>(bytes));
 }
 
-// The ring's dynamic shared memory per block at most: its share of an SM at kStageBBlocksPerSm
-// blocks, less what the system reserves and its static part.
-int64_t ring_smem_budget(const DeviceFacts& f) {
-  const int64_t share = static_cast<int64_t>(f.smem_per_sm) / kStageBBlocksPerSm<true> -
-                        static_cast<int64_t>(f.smem_reserved_per_block) - kStageBStaticSmem;
-  return std::max<int64_t>(0, std::min<int64_t>(share, static_cast<int64_t>(f.smem_optin) -
-                                                           kStageBStaticSmem));
-}
-
-template <typename T>
-cudaError_t opt_in_stage_b_ring(const DeviceFacts& f) {
-  return cudaFuncSetAttribute(mla_decode_stage_b<T, 1, true>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(ring_smem_budget(f)));
-}
-
 // The per-device setup (prepared_device): K3's two- and four-tile variants opted in to their
-// largest plan or the device's limit (takes() refuses a plan past that limit), the ring to its
-// share of an SM (its prefetch fits what is left there).
+// largest plan or the device's limit (takes() refuses a plan past that limit).
 struct DecodeKernels {
   static Status setup(const DeviceFacts& f) {
     cudaError_t err = opt_in_stage_b<__nv_bfloat16, 2>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__nv_bfloat16, 4>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__half, 2>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__half, 4>(f.smem_optin);
-    if (err == cudaSuccess) err = opt_in_stage_b_ring<__nv_bfloat16>(f);
-    if (err == cudaSuccess) err = opt_in_stage_b_ring<__half>(f);
     return cuda_status(err, "cuda-mla-decode: shared-memory opt-in");
   }
 };
-
-// The ring's prefetch for a window's stage_b_smem: as many of the first tile's K-blocks past the
-// registers' (16 bytes per thread each) as fit the budget, at most kMaxRingPrefetch. Its offset is
-// the window's operands rounded up to 16 bytes.
-struct RingPrefetch {
-  int kblocks, offset;
-};
-
-RingPrefetch ring_prefetch(int64_t kv_rank, int64_t operand_smem, const DeviceFacts& f) {
-  const int64_t offset = round_up<int64_t>(operand_smem, 16);
-  const int64_t per_kblock = int64_t{kThreads} * 16;
-  const int64_t room = (ring_smem_budget(f) - offset) / per_kblock;
-  const int64_t wanted = ceil_div<int64_t>(kv_rank, kKBlock) - kStageBLoads<1, true>;
-  const int64_t kblocks = std::clamp<int64_t>(std::min(room, wanted), 0, kMaxRingPrefetch);
-  return {static_cast<int>(kblocks), static_cast<int>(offset)};
-}
 
 // K3's blocks per token window: a persistent grid over `tiles` kv_b tiles of at most
 // kStageBBlocksPerSm blocks per SM.
@@ -1227,12 +1165,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   const int64_t smem_b = stage_b_smem(p, k.window, sizeof(T));
   if constexpr (kM == 1) {
     if (ring) {
-      const RingPrefetch prefetch = ring_prefetch(p.kv_rank, smem_b, *facts);
-      k.b_prefetch = prefetch.kblocks;
-      k.b_prefetch_offset = prefetch.offset;
-      return launch_stage_b<T, kM, true>(
-          k, tiles, windows, prefetch.offset + int64_t{prefetch.kblocks} * kThreads * 16, facts,
-          runs_first(p), config);
+      return launch_stage_b<T, kM, true>(k, tiles, windows, smem_b, facts, runs_first(p), config);
     }
   }
   return launch_stage_b<T, kM, false>(k, tiles, windows, smem_b, facts, runs_first(p), config);

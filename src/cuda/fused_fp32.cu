@@ -3,6 +3,8 @@
 // (and the latent, when asked) directly. FFMA with float32 accumulation: the error against float64
 // stays near 1e-7 (no TF32).
 //
+// At one or two tokens of small widths the one-token configuration takes the call
+// (fused_fp32_one_token.cu: every load at kernel start, one round trip and three barriers).
 // Once the streaming configuration's grid passes 2 blocks per SM (heuristics.h), the cluster
 // configuration where it takes the call (fused_fp32_cluster.cu: sm_90, 16-byte aligned rows; a
 // cluster of blocks per token tile, each fetching its slice of the weights, every load issued at

@@ -90,7 +90,8 @@ inline bool mla_decode_stage_b_ring(int64_t tiles, int64_t held_plan_warps) {
   return tiles > held_plan_warps;
 }
 
-// cuda-mla-decode at one token, both stages, no q_a: every stage-B block sums stage A's chunk
+// cuda-mla-decode at one token, both stages, no q_a, stage B holding whole tiles (not the ring,
+// whose 64 registers it would crowd): every stage-B block sums stage A's chunk
 // partials itself instead of waiting for the epilogue kernel (K2): one launch and two L2 round
 // trips leave the chain, for L2 reads of stage B's blocks x the partials. Folded where those reads
 // are at most this many bytes: V2-Lite (64 blocks x 8 chunks x 576 rows x 4 B = 1.2 MB) whole

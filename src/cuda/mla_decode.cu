@@ -27,8 +27,9 @@
 //                              into the cache row and stage B's k_pe. Without q_a, where the
 //                              partials take at most two round trips, one block per token does
 //                              the whole [c | k_pe] row instead (no counters: the row epilogue).
-//                              At one token through both stages K2 is not launched: every K3
-//                              block runs the row epilogue itself (heuristics.h: the fold).
+//                              At one token through both stages K2 is not launched where K3
+//                              holds whole tiles: every K3 block runs the row epilogue itself
+//                              (heuristics.h: the fold).
 //   K3 mla_decode_stage_b      persistent warps over 8-row tiles of kv_b_weight (all R columns):
 //                              the first tile's weights are loaded into registers BEFORE
 //                              waiting for K2, so kv_b's stream overlaps stage A (at one token
@@ -428,8 +429,7 @@ __device__ __forceinline__ void normalize_group(const DecodeParams& p, const Sli
 // it as one block per token where there is no q_a and the row fits (mla_decode_whole_rows), and
 // K3 folds it in at one token (mla_decode_fold_epilogue; then K2 is not launched).
 constexpr int kRowEpilogueRows = 3;  // rows of [c | k_pe] per thread: R + dr <= 3 * kThreads
-// Chunk partials per row in flight: 8, or 4 within 64 registers (K3's ring: 8 spilled there) and
-// K2's 48.
+// Chunk partials per row in flight: 8 (K3's held-tile kernels), or 4 within K2's 48 registers.
 template <bool kFewRegisters>
 constexpr int kRowEpilogueBatch = kFewRegisters ? 4 : 8;
 static_assert(kRowEpilogueBatch<false> <= kPartialBatch, "no more in flight than K2 holds");
@@ -802,8 +802,14 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   // Before the wait: kv_b is not written by stage A, nor the fold's gamma and angles.
   uint4 w[kStageBLoads<kM, kRing>];
   load_row_step<T, kStageBLoads<kM, kRing>>(row_of(first), 0, p.kv_rank, q, w);
+  // The fold runs only in the held-tile kernels (the launcher's k.fold): the ring's 64 registers
+  // keep none of its inputs across the wait.
+  constexpr bool kCanFold = !kRing;
+  const bool fold = kCanFold && p.fold;
   RowEpilogueInputs fold_in{};
-  if (p.fold) fold_in = row_epilogue_inputs<T>(p, 0);
+  if constexpr (kCanFold) {
+    if (fold) fold_in = row_epilogue_inputs<T>(p, 0);
+  }
   wait_for_previous_stage();
 
   // Every token's sources first (a cache slot is a load), then all rows' loads in flight at once.
@@ -812,16 +818,16 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   __shared__ int64_t k_rows[kMaxTokens], v_rows[kMaxTokens];
   __shared__ float fold_pe[2 * kMaxRopeDim], fold_red[kWarps];  // the fold's scratch
   for (int t = threadIdx.x; t < win.count; t += kThreads) {
-    if (!p.fold) stage_b_sources<T>(p, win.begin + t, &c_src[t], &pe_src[t]);
+    if (!fold) stage_b_sources<T>(p, win.begin + t, &c_src[t], &pe_src[t]);
     k_rows[t] = token_offset(win.begin + t, p.seq, p.k.stride_batch, p.k.stride_seq);
     v_rows[t] = token_offset(win.begin + t, p.seq, p.v_stride_batch, p.v_stride_seq);
   }
   const OutRows rows{k_rows, v_rows, win.count};
   __syncthreads();
-  if (p.fold) {
+  if (fold) {
     T* cache = blockIdx.x == 0 && blockIdx.y == 0 ? mla_cache_row<T>(p.e.cache, 0, p.e.seq)
                                                   : nullptr;
-    row_epilogue<T, kRowEpilogueBatch<kRing>>(p, fold_in, 0, a, pe, cache, fold_pe, fold_red);
+    row_epilogue<T, kRowEpilogueBatch<false>>(p, fold_in, 0, a, pe, cache, fold_pe, fold_red);
   } else {
     stage_rows<T>(a, ld, c_src, win.count, p.kv_rank, p.c_vectors);
     stage_rows<T>(pe, p.rope_dim, pe_src, win.count, p.rope_dim, p.pe_vectors);
@@ -1075,7 +1081,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
   const bool ring = stage_b_ring(kM, tiles, facts->sm_count);
   const bool whole_row_fits = k.q_rows == 0 && k.a_rows <= kRowEpilogueRows * kThreads;
-  k.fold = runs_first(p) && runs_second(p) && whole_row_fits && k.tokens == 1 &&
+  k.fold = runs_first(p) && runs_second(p) && whole_row_fits && k.tokens == 1 && !ring &&
            mla_decode_fold_epilogue(stage_b_blocks(tiles, ring, facts->sm_count) * k.chunks *
                                     k.rows_ld * int64_t{sizeof(float)});
   k.whole_rows = !k.fold && whole_row_fits &&

@@ -721,7 +721,7 @@ std::vector<MlaCase> decode_cases() {
   // in (mla_decode_fold_epilogue). Every dtype, RoPE style, form and table dtype, cache mode and
   // token 0's slot as padding and past the end; dr = 2 and 128; D over 16 chunks (two of the
   // fold's batches); R + dr at the fold's 768 rows and 8 past them (K2 again); the ring (5040
-  // kv_b tiles) folding too.
+  // kv_b tiles), which does not fold (the whole-row K2 runs before it).
   MlaProblem one = mla_shape(520, 0, 64, 16, 3, 24, 16);
   for (DType dt : kHalfTypes) {
     for (RopeStyle style : kStyles) {

@@ -29,11 +29,12 @@ and the last set (relative difference; both are bf16).
 
 JSON (--json): {"device", "rows": [...]}; per row case, tokens, dtype, device, sets (N),
 weight_bytes (one set's), check (the larger of check_first and check_last), floor_us, target_us,
-compile_graphs (graphs dynamo built for the row; 1 expected), compile_error (set when the compiled
-variant recompiled for another set; the row fails), and per variant {gpu_us, gpu_rotated_us,
-gpu_resident_us, wall_us}. The older keys keep their names: gpu_us is now the rotated time (equal
-to gpu_rotated_us; with --rotate 1 all three GPU fields are the one-set time, which is what gpu_us
-meant before rotation), wall_us the rotated wall time. GPU fields are null on the CPU.
+compile_error (set when the compiled variant recompiled for another set; the row fails; one graph
+per row is what fullgraph=True compiles, raising on a graph break), and per variant {gpu_us,
+gpu_rotated_us, gpu_resident_us, wall_us}. The older keys keep their names: gpu_us is now the
+rotated time (equal to gpu_rotated_us; with --rotate 1 all three GPU fields are the one-set time,
+which is what gpu_us meant before rotation), wall_us the rotated wall time. GPU fields are null on
+the CPU.
 
     python python/bench/bench_mla.py [--rows v2-lite:1,v3:4096] [--dtype bf16] [--cache]
                                      [--rotate N|auto] [--no-compile] [--json results.json]
@@ -165,13 +166,6 @@ def rel_diff(a, b):
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
-def compiled_graphs():
-    """Graphs dynamo has built in this process (its own counter, read only: no public API counts
-    them)."""
-    from torch._dynamo.utils import counters
-    return counters["stats"]["unique_graphs"]
-
-
 def recompile_message(error):
     """The first lines of a fail_on_recompile error (what recompiled and which guard failed);
     any other error goes on up."""
@@ -243,7 +237,6 @@ def run_row(name, tokens, args, device):
     set_bytes = weight_elems(d, h, r, dr, dn, dv) * elem
     n = rotate_sets(args.rotate, set_bytes, device)
     torch.compiler.reset()  # each row compiles afresh: static shapes, one graph expected
-    graphs_before = compiled_graphs()
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     with torch.no_grad():
@@ -264,9 +257,6 @@ def run_row(name, tokens, args, device):
                     row[key] = time_variant(call, sets, tokens, cuda, sync)
             except RuntimeError as e:
                 row["compile_error"] = recompile_message(e)
-        row["compile_graphs"] = None if args.no_compile else compiled_graphs() - graphs_before
-    if error is None and row["compile_graphs"] not in (None, 1):
-        row["compile_error"] = f"{row['compile_graphs']} graphs compiled for one row (1 expected)"
     if row["compile_error"]:
         print(f"FAIL {name} T={tokens}: torch.compile recompiled across the {n} weight sets: "
               f"{row['compile_error']}", file=sys.stderr)

@@ -122,7 +122,7 @@ def graph_recorder():
 
 
 def test_module_compiles_fullgraph_with_the_op_in_the_graph():
-    torch._dynamo.reset()
+    torch.compiler.reset()
     module = lt.LatentKVProjection(32, 8, 2, 4)
     backend, graphs = graph_recorder()
     compiled = torch.compile(module, backend=backend, fullgraph=True)
@@ -159,7 +159,7 @@ def test_module_hooks_run():
         want = (model.kv.forward(x * 0.5) + 1) * 2
         torch.testing.assert_close(model(x), want)
         backend, graphs = graph_recorder()
-        torch._dynamo.reset()
+        torch.compiler.reset()
         torch.testing.assert_close(torch.compile(model, backend=backend, fullgraph=True)(x), want)
         assert len(graphs) == 1
         pre.remove()
@@ -181,7 +181,7 @@ def test_module_hooks_run():
 def test_module_hook_registered_after_torch_compile_runs():
     """As for any nn.Module, a hook registered after compiling the module runs (and stops when
     removed)."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
     module = lt.LatentKVProjection(32, 8, 2, 4)
     compiled = torch.compile(module, backend="eager", fullgraph=True)
     x = torch.randn(2, 5, 32)
@@ -209,7 +209,7 @@ def test_module_call_respects_module_compile_jit_trace_and_fx():
         graph = tracer.trace(model)
         ops = [n.op for n in graph.nodes]
         assert ops == ["placeholder", "call_module", "call_function", "output"]
-        torch._dynamo.reset()
+        torch.compiler.reset()
         backend, graphs = graph_recorder()
         model.kv.compile(backend=backend, fullgraph=True)
         torch.testing.assert_close(model(x), want)
@@ -217,7 +217,7 @@ def test_module_call_respects_module_compile_jit_trace_and_fx():
 
 
 def test_functional_with_latent_compiles_fullgraph():
-    torch._dynamo.reset()
+    torch.compiler.reset()
 
     def f(x, wd, wk, wv, latent):
         return latentkv.kv_proj(x, wd, wk, wv, 2, latent_out=latent) * 2
@@ -381,7 +381,7 @@ def test_kv_proj_on_torch_tensors_runs_the_op():
 
 def test_module_compiles_fullgraph_with_inductor_on_cpu():
     """The default backend: inductor calls the op's CPU kernel from its generated code."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
     module = Wrapper()
     x = torch.randn(2, 5, 32)
     with torch.no_grad():

@@ -119,7 +119,7 @@ def test_module_on_cuda_matches_the_reference_module():
 
 
 def test_torch_compile_fullgraph():
-    torch._dynamo.reset()
+    torch.compiler.reset()
     b, s, d, r, h, dh = CASES["founding"]
     module = lt.LatentKVProjection(d, r, h, dh).cuda()
     x = torch.randn(b, s, d, device="cuda")
@@ -134,7 +134,7 @@ def test_torch_compile_fullgraph():
 
 def test_torch_compile_fullgraph_reduce_overhead():
     """mode="reduce-overhead": inductor wraps the graph, the op included, in a CUDA graph."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
     module = lt.LatentKVProjection(64, 16, 2, 8).cuda()
     x = torch.randn(2, 9, 64, device="cuda")
     with torch.no_grad():

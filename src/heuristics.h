@@ -101,10 +101,10 @@ inline bool mla_decode_fold_epilogue(int64_t partial_read_bytes) {
   return partial_read_bytes <= kMlaDecodeFoldMaxReadBytes;
 }
 // Elsewhere without q_a, its epilogue kernel (K2) runs one block per token over the whole
-// [c | k_pe] row (no arrival counters) where that block's partial loads (16 chunks per trip) take
-// at most this many round trips: the sliced K2 takes three (the partials, the arrival, the sums).
-// V2-Lite (8 chunks; then at 4 chunks per trip: two), whole rows / sliced, us: whole path T=2
-// 9.8 / 10.9, T=16 10.8 / 11.9, T=64 15.6 / 16.9, first stage T=1 5.49 / 6.55.
+// [c | k_pe] row (no arrival counters) where that block's partial loads take at most this many
+// round trips: the sliced K2 takes three (the partials, the arrival, the sums). V2-Lite (8 chunks,
+// two trips), whole rows / sliced, us: whole path T=2 9.8 / 10.9, T=16 10.8 / 11.9, T=64 15.6 /
+// 16.9, first stage T=1 5.49 / 6.55.
 constexpr int kMlaDecodeWholeRowsMaxTrips = 2;
 inline bool mla_decode_whole_rows(int partial_trips) {
   return partial_trips <= kMlaDecodeWholeRowsMaxTrips;

@@ -429,12 +429,10 @@ __device__ __forceinline__ void normalize_group(const DecodeParams& p, const Sli
 // it as one block per token where there is no q_a and the row fits (mla_decode_whole_rows), and
 // K3 folds it in at one token (mla_decode_fold_epilogue; then K2 is not launched).
 constexpr int kRowEpilogueRows = 3;  // rows of [c | k_pe] per thread: R + dr <= 3 * kThreads
-// Chunk partials per row in flight: 8 in K3's held-tile kernels (their weights are live across
-// the fold), 16 in the whole-row K2 (V3's 15 chunks in one round trip). That K2 has only T blocks,
-// so it takes the registers of 2 blocks per SM instead of the sliced K2's 5.
-constexpr int kFoldBatch = 8;
-constexpr int kRowKernelBatch = 16;
-constexpr int kRowKernelBlocksPerSm = 2;
+// Chunk partials per row in flight: 8 (K3's held-tile kernels), or 4 within K2's 48 registers.
+template <bool kFewRegisters>
+constexpr int kRowEpilogueBatch = kFewRegisters ? 4 : 8;
+static_assert(kRowEpilogueBatch<false> <= kPartialBatch, "no more in flight than K2 holds");
 
 // What the row epilogue reads before its wait (stage A writes none of it): this thread's gamma
 // values and, for threads under dr / 2, its RoPE pair's angles (the table's dtype at run time:
@@ -613,7 +611,7 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
 // y and writes the cache row and stage B's c and k_pe. Gamma and the angles are read before the
 // wait, as in the sliced K2.
 template <typename T>
-__global__ void __launch_bounds__(kThreads, kRowKernelBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
     mla_decode_stage_a_row_epilogue(const __grid_constant__ DecodeParams p) {
   __shared__ float red[kWarps];
   __shared__ float pe[2 * kMaxRopeDim];  // k_pe before and after RoPE
@@ -625,8 +623,8 @@ __global__ void __launch_bounds__(kThreads, kRowKernelBlocksPerSm)
                   ? nullptr
                   : static_cast<T*>(p.e.latent) + static_cast<int64_t>(t) * p.kv_rank;
   T* pe_row = p.pe_out == nullptr ? nullptr : static_cast<T*>(p.pe_out) + t * p.rope_dim;
-  row_epilogue<T, kRowKernelBatch>(p, f, t, latent, pe_row,
-                                    mla_cache_row<T>(p.e.cache, t, p.e.seq), pe, red);
+  row_epilogue<T, kRowEpilogueBatch<true>>(p, f, t, latent, pe_row,
+                                           mla_cache_row<T>(p.e.cache, t, p.e.seq), pe, red);
 }
 
 // K3's A operand row t (c, rounded to T) and k_pe row, from stage A's workspace, the caller's
@@ -829,7 +827,7 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   if (fold) {
     T* cache = blockIdx.x == 0 && blockIdx.y == 0 ? mla_cache_row<T>(p.e.cache, 0, p.e.seq)
                                                   : nullptr;
-    row_epilogue<T, kFoldBatch>(p, fold_in, 0, a, pe, cache, fold_pe, fold_red);
+    row_epilogue<T, kRowEpilogueBatch<false>>(p, fold_in, 0, a, pe, cache, fold_pe, fold_red);
   } else {
     stage_rows<T>(a, ld, c_src, win.count, p.kv_rank, p.c_vectors);
     stage_rows<T>(pe, p.rope_dim, pe_src, win.count, p.rope_dim, p.pe_vectors);
@@ -1087,7 +1085,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
            mla_decode_fold_epilogue(stage_b_blocks(tiles, ring, facts->sm_count) * k.chunks *
                                     k.rows_ld * int64_t{sizeof(float)});
   k.whole_rows = !k.fold && whole_row_fits &&
-                 mla_decode_whole_rows(ceil_div(k.chunks, kRowKernelBatch));
+                 mla_decode_whole_rows(ceil_div(k.chunks, kRowEpilogueBatch<true>));
 
   k.hidden = a.hidden;
   k.hidden_stride_batch = a.hidden_stride_batch;

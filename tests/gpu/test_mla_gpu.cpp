@@ -745,8 +745,8 @@ std::vector<MlaCase> decode_cases() {
   }
   // Past one token (or the first stage alone) without q_a, K2 runs as one block per token over
   // the whole row where its partial loads take at most two round trips (mla_decode_whole_rows):
-  // T = 2 and 17 (two windows) at both stages; D = 2048 at 8 chunks (one trip), D = 8192 at 32
-  // (two) and D = 8448 at 33 (three: the sliced K2 again).
+  // T = 2 and 17 (two windows) at both stages; D = 2048 at 8 chunks (two trips) and D = 2304 at
+  // 9 (three: the sliced K2 again).
   for (DType dt : kHalfTypes) {
     for (int64_t tokens : {2, 17}) {
       for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst}) {
@@ -758,7 +758,7 @@ std::vector<MlaCase> decode_cases() {
       }
     }
   }
-  for (int64_t d : {2048, 8192, 8448}) {
+  for (int64_t d : {2048, 2304}) {
     MlaProblem p = mla_shape(d, 0, 64, 16, 3, 24, 16);
     p.seq = 4;
     cases.push_back(decode({"rows-chunks", with(p, DType::kBFloat16, MlaStage::kFirst,

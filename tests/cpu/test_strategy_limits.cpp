@@ -177,6 +177,24 @@ TEST(MlaDecodeDispatch, SixteenTokensOrMoreInWindowsOnSmallWeights) {
   EXPECT_FALSE(detail::cuda_mla_decode_preferred(with_q_a));
 }
 
+// The launchers' variants at the measured points (heuristics.h): cuda-fused's one-token
+// configuration at T = 1 and 2 only; cuda-mla-decode's fold where stage B's blocks read at most
+// 4 MB of partials (V2-Lite at T = 1: 64 blocks x 8 chunks x 576 rows x 4 B; not V3: 512 x 15),
+// and the whole-row K2 at no more than two round trips of partial loads (V2-Lite's 8 chunks at
+// 4 a trip; not V3's 15).
+TEST(LauncherVariants, WhereTheyWereMeasured) {
+  EXPECT_FALSE(detail::fused_use_one_token(0));
+  EXPECT_TRUE(detail::fused_use_one_token(1));
+  EXPECT_TRUE(detail::fused_use_one_token(2));
+  EXPECT_FALSE(detail::fused_use_one_token(3));
+  EXPECT_TRUE(detail::mla_decode_fold_epilogue(int64_t{64} * 8 * 576 * 4));
+  EXPECT_FALSE(detail::mla_decode_fold_epilogue(int64_t{512} * 15 * 576 * 4));
+  EXPECT_TRUE(detail::mla_decode_fold_epilogue(detail::kMlaDecodeFoldMaxReadBytes));
+  EXPECT_FALSE(detail::mla_decode_fold_epilogue(detail::kMlaDecodeFoldMaxReadBytes + 1));
+  EXPECT_TRUE(detail::mla_decode_whole_rows((8 + 3) / 4));
+  EXPECT_FALSE(detail::mla_decode_whole_rows((15 + 3) / 4));
+}
+
 TEST(StrategyTable, OneRowPerStrategyAndDtypeFamily) {
   const auto& table = detail::projection_strategies();
   for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {

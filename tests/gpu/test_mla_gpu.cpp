@@ -682,10 +682,14 @@ std::vector<MlaCase> decode_cases() {
       {"dec-ring-tiles", 1, 3, 64, 0, 264, 64, 160, 120, 132},
       {"dec-ring-16", 2, 8, 64, 0, 512, 64, 136, 128, 128},
   };
-  for (const Edge& e : edges) {
+  auto edge_problem = [](const Edge& e) {
     MlaProblem p = mla_shape(e.d, e.q_rank, e.r, e.dr, e.h, e.dn, e.dv);
     p.batch = e.b;
     p.seq = e.s;
+    return p;
+  };
+  for (const Edge& e : edges) {
+    const MlaProblem p = edge_problem(e);
     for (DType dt : kHalfTypes) {
       MlaCase both = decode({e.name, with(p, dt, MlaStage::kBoth, RopeStyle::kInterleave),
                              RopeForm::kPositions, CacheMode::kPaged},
@@ -775,7 +779,7 @@ std::vector<MlaCase> decode_cases() {
       {"fold-ring", 1, 1, 1280, 0, 264, 64, 160, 120, 132},
   };
   for (const Edge& e : fold_edges) {
-    MlaProblem p = mla_shape(e.d, e.q_rank, e.r, e.dr, e.h, e.dn, e.dv);
+    const MlaProblem p = edge_problem(e);
     for (DType dt : kHalfTypes) {
       MlaCase c = decode({e.name, with(p, dt, MlaStage::kBoth, RopeStyle::kNeox),
                           RopeForm::kPositions, CacheMode::kPaged},

@@ -90,6 +90,15 @@ inline bool mla_decode_stage_b_ring(int64_t tiles, int64_t held_plan_warps) {
   return tiles > held_plan_warps;
 }
 
+// cuda-mla-decode's stage B behind stage A: before its wait, each K3 block that starts in the first
+// half of the grid (those resident beside K1) asks for its own kv_b rows and those of the block
+// half a grid on by bulk L2 prefetches, one per row: kv_b's stream then runs during stage A,
+// which reads HBM at a fraction of its bandwidth.
+constexpr bool kMlaDecodePrefetchKvB = true;
+inline bool mla_decode_prefetch_kv_b(bool after_stage_a) {
+  return kMlaDecodePrefetchKvB && after_stage_a;
+}
+
 // cuda-mla-decode at one token, both stages, no q_a, stage B holding whole tiles (not the ring,
 // whose 64 registers it would crowd): every stage-B block sums stage A's chunk
 // partials itself instead of waiting for the epilogue kernel (K2): one launch and two L2 round

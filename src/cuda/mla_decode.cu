@@ -162,6 +162,7 @@ struct DecodeParams {
   // Stage B.
   bool whole_rows;       // K2 is the whole-row epilogue, one block per token
   bool fold;             // K3 runs it itself (mla_decode_fold_epilogue): no K2 launch
+  bool prefetch_kv_b;    // K3 prefetches kv_b into L2 before its wait (mla_decode_prefetch_kv_b)
   bool from_stage_a;     // c and k_pe from e.latent / pe_out, else:
   bool c_vectors, pe_vectors;  // every token's c (k_pe) source row is whole 16-byte vectors
   const void* latent;    // [B, S, R] (args.latent) or null: from the cache by slot (e.cache)
@@ -775,6 +776,27 @@ __device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const OutRow
   }
 }
 
+// Where the launcher asks (mla_decode_prefetch_kv_b), block b < ceil(grid / 2) of K3's first
+// window prefetches into L2 every kv_b row that block b and block b + ceil(grid / 2) will read
+// (their warps' tiles, every round of the persistent grid), one bulk prefetch per row by the lanes
+// of its first warp. Blocks in the first half are the ones that start beside stage A.
+template <typename T>
+__device__ __forceinline__ void prefetch_stage_b_rows(const DecodeParams& p, int lane) {
+  const int half = (gridDim.x + 1) / 2;
+  if (static_cast<int>(blockIdx.x) >= half) return;
+  const int block_rows = kWarps * kTileRows;
+  const int round_rows = gridDim.x * block_rows;
+  const uint32_t bytes = static_cast<uint32_t>(p.kv_rank) * sizeof(T);  // R % 8 == 0: 16-B rows
+  const T* kv_b = static_cast<const T*>(p.kv_b);
+  for (int b = blockIdx.x; b < static_cast<int>(gridDim.x); b += half) {
+    for (int base = b * block_rows; base < p.b_rows; base += round_rows) {
+      for (int r = lane; r < block_rows && base + r < p.b_rows; r += 32) {
+        prefetch_l2_bulk(kv_b + static_cast<int64_t>(base + r) * p.kv_b_ld, bytes);
+      }
+    }
+  }
+}
+
 // K3. Warp w of block b walks the tiles b * 8 + w, + 8 * gridDim.x, ...; kM token tiles, one tile
 // of registers (kRing, one token tile only: one step of 4 K-blocks, each reloaded for the next
 // step or tile after its MMAs).
@@ -802,6 +824,7 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   // Before the wait: kv_b is not written by stage A, nor the fold's gamma and angles.
   uint4 w[kStageBLoads<kM, kRing>];
   load_row_step<T, kStageBLoads<kM, kRing>>(row_of(first), 0, p.kv_rank, q, w);
+  if (p.prefetch_kv_b && blockIdx.y == 0 && warp == 0) prefetch_stage_b_rows<T>(p, lane);
   // The fold runs only in the held-tile kernels (the launcher's k.fold): the ring's 64 registers
   // keep none of its inputs across the wait.
   constexpr bool kCanFold = !kRing;
@@ -892,9 +915,9 @@ int64_t window_tokens(const MlaProblem& p) {
   return m_tiles(p) == 1 ? std::min<int64_t>(p.tokens(), kMTile) : p.tokens();
 }
 
-// K1's cut of D: about blocks_per_sm blocks on every SM over the row groups and `windows` token
-// windows (chunks of whole K-blocks, the last step of a chunk may be partial), at least kMinChunk
-// and at most max_chunk(window) columns.
+// K1's cut of D: at most blocks_per_sm blocks on every SM over the row groups and `windows` token
+// windows (chunks of whole K-blocks, the last step of a chunk may be partial), at least one
+// chunk, chunks of at least kMinChunk and at most max_chunk(window) columns.
 struct StageAPlan {
   int rows_ld, row_groups, chunk, chunks;
 };
@@ -906,8 +929,8 @@ StageAPlan stage_a_plan(int64_t model_dim, int64_t rows, int sm_count, int windo
   s.rows_ld = static_cast<int>(tiles * kTileRows);
   s.row_groups = static_cast<int>(ceil_div<int64_t>(tiles, kWarps));
   const int64_t max_chunks = ceil_div<int64_t>(model_dim, kMinChunk);
-  const int64_t wanted =
-      ceil_div<int64_t>(int64_t{blocks_per_sm} * sm_count, int64_t{s.row_groups} * windows);
+  const int64_t wanted =  // rounded down: no block past the planned blocks per SM
+      int64_t{blocks_per_sm} * sm_count / (int64_t{s.row_groups} * windows);
   const int64_t chunks = std::clamp<int64_t>(wanted, 1, max_chunks);
   s.chunk = static_cast<int>(std::min<int64_t>(
       round_up<int64_t>(ceil_div<int64_t>(model_dim, chunks), kKBlock), max_chunk(window)));
@@ -1084,6 +1107,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.fold = runs_first(p) && runs_second(p) && whole_row_fits && k.tokens == 1 && !ring &&
            mla_decode_fold_epilogue(stage_b_blocks(tiles, ring, facts->sm_count) * k.chunks *
                                     k.rows_ld * int64_t{sizeof(float)});
+  k.prefetch_kv_b = runs_second(p) && mla_decode_prefetch_kv_b(runs_first(p));
   k.whole_rows = !k.fold && whole_row_fits &&
                  mla_decode_whole_rows(ceil_div(k.chunks, kRowEpilogueBatch<true>));
 

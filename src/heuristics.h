@@ -70,6 +70,13 @@ inline bool cuda_mla_decode_preferred(const MlaProblem& p) {
                                                      : kMlaDecodeWindowsMaxTokens);
 }
 inline bool cuda_mla_gemm_preferred(const MlaProblem& p) { return !cuda_mla_decode_preferred(p); }
+// Token tiles per window where the call runs in windows: one (the most blocks) up to this many
+// tokens, two past it, so that each weight matrix is read from L2 half as many times (V2-Lite
+// T = 64: four windows read kv_b's 4.2 MB four times).
+constexpr int64_t kMlaDecodeOneTileWindowsMaxTokens = 32;
+inline int mla_decode_window_tiles(int64_t tokens) {
+  return tokens <= kMlaDecodeOneTileWindowsMaxTokens ? 1 : 2;
+}
 // cuda-mla-decode's stage A plans one block per SM (room for a stage-B block beside it, whose kv_b
 // stream starts during stage A) when its weights are at most this fraction of kv_b's, else two:
 // V3 kv (8.3 of 33.5 MB) ran 0.6-1.3 us faster at T=1..16 with one, V3 q_a + kv (30 MB) 1.4 us

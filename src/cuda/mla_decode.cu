@@ -4,8 +4,8 @@
 // mma.sync m16n8k16 with the tokens as the M side: 1, 2 or 4 token tiles of 16 (a template
 // argument; T = 1 and T = 16 cost the same instructions, rows past T are zeros), each weight
 // fragment feeding every tile, and a weight row per n column. On small weights (heuristics.h) a
-// call past 16 tokens runs the one-tile kernels over windows of 16 tokens instead (K1's
-// blockIdx.z, K3's blockIdx.y: more blocks, each window reading the weights from L2 again).
+// call past 16 tokens runs the one- or two-tile kernels over windows of 16 or 32 tokens instead
+// (K1's blockIdx.z, K3's blockIdx.y: more blocks, each window reading the weights from L2 again).
 // A K-block of 32 columns is one 16-byte load per thread: thread (g = lane / 4, q = lane % 4)
 // holds elements 8q .. 8q + 7 of row g, which the two k16 MMAs of the block read as their k pairs
 // {2q, 2q + 1, 2q + 8, 2q + 9} (any fixed permutation of k works when A and B use the same one).
@@ -137,7 +137,7 @@ static_assert(2 * kMaxTokens * smem_ld(max_chunk(kMaxTokens)) <= kHiddenSmemByte
 
 struct DecodeParams {
   int tokens, seq;       // T, S
-  int window;            // tokens per block window: T, or one token tile (token_window)
+  int window;            // tokens per block window: T, or m_tiles token tiles (token_window)
   int model_dim;         // D
   int q_rows, a_rows;    // Rq run (0 without q_a), Rq run + R + dr
   int rows_ld;           // a_rows rounded up to whole tiles
@@ -186,7 +186,7 @@ __device__ __forceinline__ uint4 shared_vector(const void* p) {
 }
 
 // The tokens [begin, begin + count) of window `index` (K1's blockIdx.z, K3's blockIdx.y): all T in
-// one window, or one token tile each where the launcher runs the one-tile kernels over T > 16.
+// one window, or the kernel's token tiles each where the launcher runs windows over T > 16.
 struct TokenWindow {
   int begin, count;
 };
@@ -902,17 +902,21 @@ int q_rows_run(const MlaProblem& p, const MlaArgs& a) {
   return a.q_a != nullptr ? static_cast<int>(p.q_rank) : 0;
 }
 
-// Token tiles of a call's kernels: 1, 2 or 4 (the instantiations; 3 runs as 4); 1 where the
-// call runs in windows of one tile (mla_decode_token_windows, heuristics.h).
+// Token tiles of a call's kernels: 1, 2 or 4 (the instantiations; 3 runs as 4); where the call
+// runs in windows (mla_decode_token_windows, heuristics.h), those of one window
+// (mla_decode_window_tiles).
 int m_tiles(const MlaProblem& p) {
   const int64_t tiles = ceil_div<int64_t>(p.tokens(), kMTile);
-  if (tiles > 1 && mla_decode_token_windows(p)) return 1;
+  if (tiles > 1 && mla_decode_token_windows(p)) return mla_decode_window_tiles(p.tokens());
   return tiles <= 1 ? 1 : tiles == 2 ? 2 : 4;
 }
 
-// The tokens of one block's window: one token tile for the one-tile kernels, else all of T.
+// The tokens of one block's window: m_tiles token tiles where the call runs in windows, else T.
 int64_t window_tokens(const MlaProblem& p) {
-  return m_tiles(p) == 1 ? std::min<int64_t>(p.tokens(), kMTile) : p.tokens();
+  if (p.tokens() > kMTile && mla_decode_token_windows(p)) {
+    return std::min<int64_t>(p.tokens(), int64_t{kMTile} * m_tiles(p));
+  }
+  return p.tokens();
 }
 
 // K1's cut of D: at most blocks_per_sm blocks on every SM over the row groups and `windows` token
@@ -1086,7 +1090,8 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.b_rows = static_cast<int>(p.kv_b_rows());
   k.q_rows = runs_first(p) ? q_rows_run(p, a) : 0;
   k.a_rows = k.q_rows + k.kv_rank + k.rope_dim;
-  // kM == 1 over T > 16 tokens: windows of one token tile (the kernels' blockIdx.z / .y).
+  // Windows of kM token tiles over T > 16 tokens where the call runs in windows (the kernels'
+  // blockIdx.z / .y), else one window of all T.
   k.window = static_cast<int>(window_tokens(p));
   const int windows = std::max(1, ceil_div(k.tokens, std::max(k.window, 1)));
   const int64_t eb = element_size(p.dtype);

@@ -70,12 +70,13 @@ inline bool cuda_mla_decode_preferred(const MlaProblem& p) {
                                                      : kMlaDecodeWindowsMaxTokens);
 }
 inline bool cuda_mla_gemm_preferred(const MlaProblem& p) { return !cuda_mla_decode_preferred(p); }
-// Token tiles per window where the call runs in windows: one (the most blocks) up to this many
-// tokens, two past it, so that each weight matrix is read from L2 half as many times (V2-Lite
-// T = 64: four windows read kv_b's 4.2 MB four times).
-constexpr int64_t kMlaDecodeOneTileWindowsMaxTokens = 32;
-inline int mla_decode_window_tiles(int64_t tokens) {
-  return tokens <= kMlaDecodeOneTileWindowsMaxTokens ? 1 : 2;
+// K1's token tiles per window where the call runs in windows: one up to this many tokens, two past
+// it (K3 keeps windows of one tile). Same H200 call (19:25 UTC), V2-Lite, two / one: first stage
+// T=64 7.25 / 7.57 us; K3 over two-tile windows lost (whole path T=48 14.5 / 13.4, T=64 15.3 /
+// 14.1: half the blocks, each warp both tiles' MMAs).
+constexpr int64_t kMlaDecodeStageAOneTileWindowsMaxTokens = 32;
+inline int mla_decode_stage_a_window_tiles(int64_t tokens) {
+  return tokens <= kMlaDecodeStageAOneTileWindowsMaxTokens ? 1 : 2;
 }
 // cuda-mla-decode's stage A plans one block per SM (room for a stage-B block beside it, whose kv_b
 // stream starts during stage A) when its weights are at most this fraction of kv_b's, else two:
@@ -95,15 +96,6 @@ inline bool mla_decode_overlap_stage_b(int64_t stage_a_weight_bytes, int64_t kv_
 // with the ring (whole T=1 11.9 / 10.5, T=16 17.1 / 12.2, both with L2 prefetches then).
 inline bool mla_decode_stage_b_ring(int64_t tiles, int64_t held_plan_warps) {
   return tiles > held_plan_warps;
-}
-
-// cuda-mla-decode's stage B behind stage A: before its wait, each K3 block that starts in the first
-// half of the grid (those resident beside K1) asks for its own kv_b rows and those of the block
-// half a grid on by bulk L2 prefetches, one per row: kv_b's stream then runs during stage A,
-// which reads HBM at a fraction of its bandwidth.
-constexpr bool kMlaDecodePrefetchKvB = true;
-inline bool mla_decode_prefetch_kv_b(bool after_stage_a) {
-  return kMlaDecodePrefetchKvB && after_stage_a;
 }
 
 // cuda-mla-decode at one token, both stages, no q_a, stage B holding whole tiles (not the ring,

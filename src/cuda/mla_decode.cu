@@ -4,8 +4,8 @@
 // mma.sync m16n8k16 with the tokens as the M side: 1, 2 or 4 token tiles of 16 (a template
 // argument; T = 1 and T = 16 cost the same instructions, rows past T are zeros), each weight
 // fragment feeding every tile, and a weight row per n column. On small weights (heuristics.h) a
-// call past 16 tokens runs the one- or two-tile kernels over windows of 16 or 32 tokens instead
-// (K1's blockIdx.z, K3's blockIdx.y: more blocks, each window reading the weights from L2 again).
+// call past 16 tokens runs windows instead (K1's blockIdx.z: of 16 tokens, 32 past 32 tokens; K3's
+// blockIdx.y: of 16): more blocks, each window reading the weights from L2 again.
 // A K-block of 32 columns is one 16-byte load per thread: thread (g = lane / 4, q = lane % 4)
 // holds elements 8q .. 8q + 7 of row g, which the two k16 MMAs of the block read as their k pairs
 // {2q, 2q + 1, 2q + 8, 2q + 9} (any fixed permutation of k works when A and B use the same one).
@@ -137,7 +137,7 @@ static_assert(2 * kMaxTokens * smem_ld(max_chunk(kMaxTokens)) <= kHiddenSmemByte
 
 struct DecodeParams {
   int tokens, seq;       // T, S
-  int window;            // tokens per block window: T, or m_tiles token tiles (token_window)
+  int window_a, window_b;  // tokens per block window of K1 and K3: T, or their token tiles
   int model_dim;         // D
   int q_rows, a_rows;    // Rq run (0 without q_a), Rq run + R + dr
   int rows_ld;           // a_rows rounded up to whole tiles
@@ -162,7 +162,7 @@ struct DecodeParams {
   // Stage B.
   bool whole_rows;       // K2 is the whole-row epilogue, one block per token
   bool fold;             // K3 runs it itself (mla_decode_fold_epilogue): no K2 launch
-  bool prefetch_kv_b;    // K3 prefetches kv_b into L2 before its wait (mla_decode_prefetch_kv_b)
+  bool pair_stores;      // K3 stores two adjacent outputs as one 32-bit word (store_kv_pair)
   bool from_stage_a;     // c and k_pe from e.latent / pe_out, else:
   bool c_vectors, pe_vectors;  // every token's c (k_pe) source row is whole 16-byte vectors
   const void* latent;    // [B, S, R] (args.latent) or null: from the cache by slot (e.cache)
@@ -191,9 +191,9 @@ struct TokenWindow {
   int begin, count;
 };
 
-__device__ __forceinline__ TokenWindow token_window(const DecodeParams& p, int index) {
-  const int begin = index * p.window;
-  return {begin, min(p.window, p.tokens - begin)};
+__device__ __forceinline__ TokenWindow token_window(const DecodeParams& p, int window, int index) {
+  const int begin = index * window;
+  return {begin, min(window, p.tokens - begin)};
 }
 
 // acc += A [16 tokens, K-block kb] @ W [kb, 8 rows]: x0 holds A row g's 8 columns at 8q, x1 row
@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   extern __shared__ uint4 smem_a[];
   T* x = reinterpret_cast<T*>(smem_a);  // [window, ld]: hidden[window, k_begin .. k_end)
   allow_dependents();
-  const TokenWindow win = token_window(p, blockIdx.z);
+  const TokenWindow win = token_window(p, p.window_a, blockIdx.z);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, q = lane % 4;
   const int tile = blockIdx.x * kWarps + warp;
@@ -721,6 +721,24 @@ __device__ __forceinline__ void store_kv(const DecodeParams& p, const OutRows& r
   }
 }
 
+// Token t's outputs at kv_b rows n (even) and n + 1: one 32-bit store where the launcher found
+// every K and V row and head offset even and both bases 4-byte aligned (p.pair_stores: then the
+// pair never straddles K and V, dn and dv being even), else two.
+template <typename T>
+__device__ __forceinline__ void store_kv_pair(const DecodeParams& p, const OutRows& rows, int t,
+                                              const OutColumn& c0, const OutColumn& c1, float v0,
+                                              float v1) {
+  if (!p.pair_stores) {
+    store_kv<T>(p, rows, t, c0, v0);
+    store_kv<T>(p, rows, t, c1, v1);
+    return;
+  }
+  if (t >= rows.count || !c0.valid) return;
+  T* dst = c0.to_k ? static_cast<T*>(p.k.data) + rows.k[t] + c0.offset
+                   : static_cast<T*>(p.v) + rows.v[t] + c0.offset;
+  *reinterpret_cast<unsigned*>(dst) = pair_from_floats<T>(v0, v1);
+}
+
 // K3's loop at one token tile with the ring: the warp's (tile, step of kLoads K-blocks) positions
 // in order, w holding the current one's weights. Each K-block's MMAs are followed (in source
 // order) by the load of the next position's same K-block into its registers: the same tile's
@@ -766,34 +784,11 @@ __device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const OutRow
     if (next_k0 == 0) {  // the tile's last step: its outputs (token g: 0, 1; g + 8: 2, 3)
       const int n = tile * kTileRows + 2 * q;
       const OutColumn c0 = out_column(p, n), c1 = out_column(p, n + 1);
-      store_kv<T>(p, rows, g, c0, acc.value(0, 0));
-      store_kv<T>(p, rows, g, c1, acc.value(0, 1));
-      store_kv<T>(p, rows, g + 8, c0, acc.value(0, 2));
-      store_kv<T>(p, rows, g + 8, c1, acc.value(0, 3));
+      store_kv_pair<T>(p, rows, g, c0, c1, acc.value(0, 0), acc.value(0, 1));
+      store_kv_pair<T>(p, rows, g + 8, c0, c1, acc.value(0, 2), acc.value(0, 3));
     }
     tile = next_tile;
     k0 = next_k0;
-  }
-}
-
-// Where the launcher asks (mla_decode_prefetch_kv_b), block b < ceil(grid / 2) of K3's first
-// window prefetches into L2 every kv_b row that block b and block b + ceil(grid / 2) will read
-// (their warps' tiles, every round of the persistent grid), one bulk prefetch per row by the lanes
-// of its first warp. Blocks in the first half are the ones that start beside stage A.
-template <typename T>
-__device__ __forceinline__ void prefetch_stage_b_rows(const DecodeParams& p, int lane) {
-  const int half = (gridDim.x + 1) / 2;
-  if (static_cast<int>(blockIdx.x) >= half) return;
-  const int block_rows = kWarps * kTileRows;
-  const int round_rows = gridDim.x * block_rows;
-  const uint32_t bytes = static_cast<uint32_t>(p.kv_rank) * sizeof(T);  // R % 8 == 0: 16-B rows
-  const T* kv_b = static_cast<const T*>(p.kv_b);
-  for (int b = blockIdx.x; b < static_cast<int>(gridDim.x); b += half) {
-    for (int base = b * block_rows; base < p.b_rows; base += round_rows) {
-      for (int r = lane; r < block_rows && base + r < p.b_rows; r += 32) {
-        prefetch_l2_bulk(kv_b + static_cast<int64_t>(base + r) * p.kv_b_ld, bytes);
-      }
-    }
   }
 }
 
@@ -806,7 +801,7 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   static_assert(!kRing || kM == 1, "the ring is the one-token-tile loop");
   extern __shared__ uint4 smem_b[];
   const int ld = smem_ld(p.kv_rank);
-  const TokenWindow win = token_window(p, blockIdx.y);
+  const TokenWindow win = token_window(p, p.window_b, blockIdx.y);
   T* a = reinterpret_cast<T*>(smem_b);  // [window, ld]: c
   T* pe = a + win.count * ld;           // [window, dr]: k_pe
   allow_dependents();
@@ -824,7 +819,6 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   // Before the wait: kv_b is not written by stage A, nor the fold's gamma and angles.
   uint4 w[kStageBLoads<kM, kRing>];
   load_row_step<T, kStageBLoads<kM, kRing>>(row_of(first), 0, p.kv_rank, q, w);
-  if (p.prefetch_kv_b && blockIdx.y == 0 && warp == 0) prefetch_stage_b_rows<T>(p, lane);
   // The fold runs only in the held-tile kernels (the launcher's k.fold): the ring's 64 registers
   // keep none of its inputs across the wait.
   constexpr bool kCanFold = !kRing;
@@ -884,10 +878,8 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
         const int t0 = m * kMTile + g, t1 = t0 + 8;
-        store_kv<T>(p, rows, t0, c0, acc.value(m, 0));
-        store_kv<T>(p, rows, t0, c1, acc.value(m, 1));
-        store_kv<T>(p, rows, t1, c0, acc.value(m, 2));
-        store_kv<T>(p, rows, t1, c1, acc.value(m, 3));
+        store_kv_pair<T>(p, rows, t0, c0, c1, acc.value(m, 0), acc.value(m, 1));
+        store_kv_pair<T>(p, rows, t1, c0, c1, acc.value(m, 2), acc.value(m, 3));
       }
     }
   }
@@ -902,21 +894,28 @@ int q_rows_run(const MlaProblem& p, const MlaArgs& a) {
   return a.q_a != nullptr ? static_cast<int>(p.q_rank) : 0;
 }
 
-// Token tiles of a call's kernels: 1, 2 or 4 (the instantiations; 3 runs as 4); where the call
-// runs in windows (mla_decode_token_windows, heuristics.h), those of one window
-// (mla_decode_window_tiles).
-int m_tiles(const MlaProblem& p) {
-  const int64_t tiles = ceil_div<int64_t>(p.tokens(), kMTile);
-  if (tiles > 1 && mla_decode_token_windows(p)) return mla_decode_window_tiles(p.tokens());
-  return tiles <= 1 ? 1 : tiles == 2 ? 2 : 4;
+// Token tiles of K1's and K3's instantiations: 1, 2 or 4 (3 runs as 4) for all T in one window;
+// where the call runs in windows (mla_decode_token_windows, heuristics.h), those of one window:
+// K1's mla_decode_stage_a_window_tiles, K3's one.
+struct TokenTiles {
+  int a, b;
+};
+
+bool in_windows(const MlaProblem& p) {
+  return p.tokens() > kMTile && mla_decode_token_windows(p);
 }
 
-// The tokens of one block's window: m_tiles token tiles where the call runs in windows, else T.
-int64_t window_tokens(const MlaProblem& p) {
-  if (p.tokens() > kMTile && mla_decode_token_windows(p)) {
-    return std::min<int64_t>(p.tokens(), int64_t{kMTile} * m_tiles(p));
-  }
-  return p.tokens();
+TokenTiles token_tiles(const MlaProblem& p) {
+  if (in_windows(p)) return {mla_decode_stage_a_window_tiles(p.tokens()), 1};
+  const int64_t tiles = ceil_div<int64_t>(p.tokens(), kMTile);
+  const int m = tiles <= 1 ? 1 : tiles == 2 ? 2 : 4;
+  return {m, m};
+}
+
+// The tokens of one block's window at `tiles` token tiles: T, or those tiles' where the call runs
+// in windows.
+int64_t window_tokens(const MlaProblem& p, int tiles) {
+  return in_windows(p) ? std::min<int64_t>(p.tokens(), int64_t{kMTile} * tiles) : p.tokens();
 }
 
 // K1's cut of D: at most blocks_per_sm blocks on every SM over the row groups and `windows` token
@@ -1074,7 +1073,7 @@ Status launch_stage_b(const DecodeParams& k, int64_t tiles, int windows, int64_t
   return Status::Ok();
 }
 
-template <typename T, typename RopeT, int kM>
+template <typename T, typename RopeT, int kMA, int kMB>
 Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   const DeviceFacts* facts = nullptr;
   LATENTKV_RETURN_IF_ERROR(prepared_device<DecodeKernels>(&facts));
@@ -1090,15 +1089,17 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.b_rows = static_cast<int>(p.kv_b_rows());
   k.q_rows = runs_first(p) ? q_rows_run(p, a) : 0;
   k.a_rows = k.q_rows + k.kv_rank + k.rope_dim;
-  // Windows of kM token tiles over T > 16 tokens where the call runs in windows (the kernels'
-  // blockIdx.z / .y), else one window of all T.
-  k.window = static_cast<int>(window_tokens(p));
-  const int windows = std::max(1, ceil_div(k.tokens, std::max(k.window, 1)));
+  // Windows of kMA (K1) and kMB (K3) token tiles over T > 16 tokens where the call runs in windows
+  // (the kernels' blockIdx.z / .y), else one window of all T.
+  k.window_a = static_cast<int>(window_tokens(p, kMA));
+  k.window_b = static_cast<int>(window_tokens(p, kMB));
+  const int windows_a = std::max(1, ceil_div(k.tokens, std::max(k.window_a, 1)));
+  const int windows_b = std::max(1, ceil_div(k.tokens, std::max(k.window_b, 1)));
   const int64_t eb = element_size(p.dtype);
   const bool overlap = runs_second(p) && mla_decode_overlap_stage_b(
                                              int64_t{k.a_rows} * p.model_dim * eb,
                                              p.kv_b_rows() * p.kv_rank * eb);
-  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.window, windows,
+  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.window_a, windows_a,
                                        overlap ? kStageABlocksBeforeB : kBlocksPerSm);
   k.rows_ld = plan.rows_ld;
   k.chunk = plan.chunk;
@@ -1107,12 +1108,11 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.c_slices = ceil_div(k.kv_rank, kSlice);
   k.slices = k.q_slices + k.c_slices + 1;
   const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
-  const bool ring = stage_b_ring(kM, tiles, facts->sm_count);
+  const bool ring = stage_b_ring(kMB, tiles, facts->sm_count);
   const bool whole_row_fits = k.q_rows == 0 && k.a_rows <= kRowEpilogueRows * kThreads;
   k.fold = runs_first(p) && runs_second(p) && whole_row_fits && k.tokens == 1 && !ring &&
            mla_decode_fold_epilogue(stage_b_blocks(tiles, ring, facts->sm_count) * k.chunks *
                                     k.rows_ld * int64_t{sizeof(float)});
-  k.prefetch_kv_b = runs_second(p) && mla_decode_prefetch_kv_b(runs_first(p));
   k.whole_rows = !k.fold && whole_row_fits &&
                  mla_decode_whole_rows(ceil_div(k.chunks, kRowEpilogueBatch<true>));
 
@@ -1171,6 +1171,11 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.v_stride_batch = a.v_stride_batch;
   k.v_stride_seq = a.v_stride_seq;
   k.v_stride_head = a.v_stride_head;
+  auto even = [](int64_t stride) { return stride % 2 == 0; };
+  k.pair_stores = is_aligned(a.k, 4) && is_aligned(a.v, 4) && p.nope_dim % 2 == 0 &&
+                  p.v_dim % 2 == 0 && even(a.k_stride_head) && even(a.v_stride_head) &&
+                  (p.seq <= 1 || (even(a.k_stride_seq) && even(a.v_stride_seq))) &&
+                  (p.batch <= 1 || (even(a.k_stride_batch) && even(a.v_stride_batch)));
 
   ProgrammaticLaunch launch_config(kThreads, stream);
   cudaLaunchConfig_t& config = launch_config.config;
@@ -1178,9 +1183,9 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   if (runs_first(p)) {
     // K1 is a plain launch, never a programmatic one: it zeroes the arrivals and overwrites the
     // partials at once, so whatever ran before it in the stream (the previous call's K2) is done.
-    const size_t smem_a = sizeof(T) * k.window * smem_ld(k.chunk);
-    mla_decode_stage_a<T, kM>
-        <<<dim3(plan.row_groups, plan.chunks, windows), kThreads, smem_a, stream>>>(k);
+    const size_t smem_a = sizeof(T) * k.window_a * smem_ld(k.chunk);
+    mla_decode_stage_a<T, kMA>
+        <<<dim3(plan.row_groups, plan.chunks, windows_a), kThreads, smem_a, stream>>>(k);
     LATENTKV_RETURN_IF_ERROR(launch_error("mla_decode_stage_a launch"));
     config.dynamicSmemBytes = 0;
     if (k.whole_rows) {
@@ -1197,22 +1202,26 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
     }
   }
   if (!runs_second(p)) return Status::Ok();
-  const int64_t smem_b = stage_b_smem(p, k.window, sizeof(T));
-  if constexpr (kM == 1) {
+  const int64_t smem_b = stage_b_smem(p, k.window_b, sizeof(T));
+  if constexpr (kMB == 1) {
     if (ring) {
-      return launch_stage_b<T, kM, true>(k, tiles, windows, smem_b, facts, runs_first(p), config);
+      return launch_stage_b<T, kMB, true>(k, tiles, windows_b, smem_b, facts, runs_first(p),
+                                          config);
     }
   }
-  return launch_stage_b<T, kM, false>(k, tiles, windows, smem_b, facts, runs_first(p), config);
+  return launch_stage_b<T, kMB, false>(k, tiles, windows_b, smem_b, facts, runs_first(p), config);
 }
 
-// The one switch point: dtype (caller), RoPE table type and token tiles to template arguments.
+// The one switch point: dtype (caller), RoPE table type and token tiles to template arguments
+// (K1's and K3's: the same, or two and one over windows).
 template <typename T, typename RopeT>
 Status launch_tiles(const MlaProblem& p, const MlaArgs& a, Stream stream) {
-  switch (m_tiles(p)) {
-    case 1: return launch<T, RopeT, 1>(p, a, stream);
-    case 2: return launch<T, RopeT, 2>(p, a, stream);
-    default: return launch<T, RopeT, 4>(p, a, stream);
+  const TokenTiles m = token_tiles(p);
+  if (m.a != m.b) return launch<T, RopeT, 2, 1>(p, a, stream);
+  switch (m.a) {
+    case 1: return launch<T, RopeT, 1, 1>(p, a, stream);
+    case 2: return launch<T, RopeT, 2, 2>(p, a, stream);
+    default: return launch<T, RopeT, 4, 4>(p, a, stream);
   }
 }
 
@@ -1307,7 +1316,7 @@ Status mla_cuda_decode_takes(const MlaProblem& p, const MlaArgs& a) {
   if (runs_second(p)) {
     const DeviceFacts* facts = nullptr;
     LATENTKV_RETURN_IF_ERROR(current_device_facts(&facts));
-    const int64_t smem = stage_b_smem(p, window_tokens(p), eb);
+    const int64_t smem = stage_b_smem(p, window_tokens(p, token_tiles(p).b), eb);
     if (smem > 48 * 1024 &&
         smem + kStageBStaticSmem > static_cast<int64_t>(facts->smem_optin)) {
       return refuse("problem.batch * seq (tokens) = " + std::to_string(p.tokens()) +

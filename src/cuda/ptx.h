@@ -4,9 +4,8 @@
 // strategy's row refuses a device below the instruction's compute capability (strategies.cpp).
 //   sm_80: cp.async (16 bytes, zero-fill; groups), ldmatrix, mma.sync m16n8k16 (bf16/fp16, f32
 //          accumulate)
-//   sm_90: mbarrier with transaction counts, cp.async.bulk.tensor (TMA), bulk L2 prefetch,
-//          programmatic dependent launch (PDL), thread-block clusters (rank, barrier,
-//          distributed shared memory)
+//   sm_90: mbarrier with transaction counts, cp.async.bulk.tensor (TMA), programmatic dependent
+//          launch (PDL), thread-block clusters (rank, barrier, distributed shared memory)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -202,14 +201,6 @@ __device__ __forceinline__ void bulk_tensor_copy_2d(void* dst, const void* map, 
       "{%2, %3}], [%4];\n" ::"r"(shared_address(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(shared_address(bar))
       : "memory");
-#endif
-}
-
-// Asks the copy engine to bring [p, p + bytes) into L2 (a hint: nothing is written, nothing
-// waits). p 16-byte aligned, bytes a multiple of 16.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
-#if LATENTKV_SM90
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 #endif
 }
 

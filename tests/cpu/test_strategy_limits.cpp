@@ -191,12 +191,10 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_FALSE(detail::mla_decode_fold_epilogue(int64_t{512} * 15 * 576 * 4));
   EXPECT_TRUE(detail::mla_decode_fold_epilogue(detail::kMlaDecodeFoldMaxReadBytes));
   EXPECT_FALSE(detail::mla_decode_fold_epilogue(detail::kMlaDecodeFoldMaxReadBytes + 1));
-  EXPECT_EQ(detail::mla_decode_window_tiles(17), 1);
-  EXPECT_EQ(detail::mla_decode_window_tiles(32), 1);
-  EXPECT_EQ(detail::mla_decode_window_tiles(33), 2);
-  EXPECT_EQ(detail::mla_decode_window_tiles(64), 2);
-  EXPECT_TRUE(detail::mla_decode_prefetch_kv_b(true));
-  EXPECT_FALSE(detail::mla_decode_prefetch_kv_b(false));
+  EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(17), 1);
+  EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(32), 1);
+  EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(33), 2);
+  EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(64), 2);
   EXPECT_TRUE(detail::mla_decode_whole_rows((8 + 3) / 4));
   EXPECT_FALSE(detail::mla_decode_whole_rows((15 + 3) / 4));
 }

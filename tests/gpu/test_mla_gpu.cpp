@@ -66,6 +66,7 @@ struct MlaCase {
   CacheMode cache = CacheMode::kPaged;
   int64_t pad_seq = 0;     // extra elements in every row stride (heads, tokens, weight rows)
   int64_t pad_batch = 0;   // extra elements in every batch stride: rows stop folding when B > 1
+  int64_t out_pad = 0;     // extra elements in K's and V's head strides only (odd: no pair stores)
   bool q_a = true;         // ask for q_a (Rq > 0 only)
   bool bad_positions = false;    // a position < 0 and one == max_position
   int first_slot = 0;  // kPaged: 0 keeps token 0's shuffled slot, -1 makes it padding, 1 past the end
@@ -81,6 +82,7 @@ std::string case_name(const MlaCase& c) {
   if (c.pad_seq || c.pad_batch) {
     n += "_pad" + std::to_string(c.pad_seq) + "x" + std::to_string(c.pad_batch);
   }
+  if (c.out_pad) n += "_outpad" + std::to_string(c.out_pad);
   if (c.problem.q_rank > 0 && !c.q_a) n += "_noqa";
   if (c.bad_positions) n += "_badpos";
   if (c.first_slot != 0) n += c.first_slot < 0 ? "_slot0pad" : "_slot0past";
@@ -353,7 +355,7 @@ void run_case(const MlaCase& c, const MlaInputs& in, Stream stream, bool graph, 
   if (stage_b) {
     a.kv_b_weight =
         matrix(in.kv_b_weight, p.kv_b_rows(), p.kv_rank, &a.kv_b_weight_stride_row, dt);
-    a.k_stride_head = p.k_width() + ps;
+    a.k_stride_head = p.k_width() + ps + c.out_pad;
     a.k_stride_seq = p.heads * a.k_stride_head + ps;
     a.k_stride_batch = p.seq * a.k_stride_seq + pb;
     out->k_layout.offsets =
@@ -361,7 +363,7 @@ void run_case(const MlaCase& c, const MlaInputs& in, Stream stream, bool graph, 
     out->k_layout.values.assign(static_cast<size_t>(span_of(out->k_layout.offsets)), kNaN);
     k_dev = vector(out->k_layout.values, dt);
     a.k = k_dev;
-    a.v_stride_head = p.v_dim + ps;
+    a.v_stride_head = p.v_dim + ps + c.out_pad;
     a.v_stride_seq = p.heads * a.v_stride_head + ps;
     a.v_stride_batch = p.seq * a.v_stride_seq + pb;
     out->v_layout.offsets =
@@ -721,6 +723,18 @@ std::vector<MlaCase> decode_cases() {
       }
     }
   }
+  // K and V rows at odd head strides: stage B's scalar stores (pair_stores off) in the one-tile
+  // kernels over windows (T = 17), the two-tile windows (T = 64), the ring and the fold.
+  for (int64_t tokens : {kTile + 1, kMaxTokens}) {
+    tiled.batch = 1;
+    tiled.seq = tokens;
+    MlaCase c = decode({"dec-outpad-T" + std::to_string(tokens),
+                        with(tiled, DType::kBFloat16, MlaStage::kBoth, RopeStyle::kInterleave),
+                        RopeForm::kPositions, CacheMode::kPaged},
+                       8);
+    c.out_pad = 1;
+    cases.push_back(c);
+  }
   // One token through both stages without q_a: stage B's blocks fold K2's sums, norm and RoPE
   // in (mla_decode_fold_epilogue). Every dtype, RoPE style, form and table dtype, cache mode and
   // token 0's slot as padding and past the end; dr = 2 and 128; D over 16 chunks (two of the
@@ -780,6 +794,13 @@ std::vector<MlaCase> decode_cases() {
   };
   for (const Edge& e : fold_edges) {
     const MlaProblem p = edge_problem(e);
+    if (e.name == std::string("fold-rope2") || e.name == std::string("fold-ring")) {
+      MlaCase c = decode({e.name, with(p, DType::kFloat16, MlaStage::kBoth, RopeStyle::kNeox),
+                          RopeForm::kPositions, CacheMode::kPaged},
+                         0);
+      c.out_pad = 1;  // scalar stores in the fold and in the ring
+      cases.push_back(c);
+    }
     for (DType dt : kHalfTypes) {
       MlaCase c = decode({e.name, with(p, dt, MlaStage::kBoth, RopeStyle::kNeox),
                           RopeForm::kPositions, CacheMode::kPaged},

@@ -55,14 +55,13 @@ inline bool mla_decode_token_windows(const MlaProblem& p) {
   return (p.stage == MlaStage::kSecond || stage_a <= kMlaDecodeSmallWeightBytes) &&
          (p.stage == MlaStage::kFirst || stage_b <= kMlaDecodeSmallWeightBytes);
 }
-// kAuto: decode up to 16 tokens everywhere; with windows, up to 64 (all it takes) where stage B
-// runs and 32 for the first stage alone. Same calls (14:12-14:38 UTC), decode / gemm, us: V2-Lite
-// whole T=16 11.6 / 16.9, T=32 12.8 / 17.4, T=64 16.3 / 17.7, stage B alone T=64 7.95 / 10.95,
-// first stage T=32 7.40 / 9.84, T=64 10.3 / 9.96; V3 (33.5 MB of kv_b, no windows) whole T=16
-// 22.7 / 25.9, T=32 29.2 / 26.8, T=64 41.4 / 28.6.
+// kAuto: decode up to 16 tokens everywhere; with windows, up to 64 (all it takes), the first
+// stage alone included. H200, decode / gemm, us: V2-Lite whole T=16 10.5 / 17.9, T=48 12.9 / 18.6,
+// T=64 13.4 / 17.6 (19:34 UTC), first stage T=64 7.25 / 9.96 (19:25; 14:38); V3 (33.5 MB of kv_b,
+// no windows) whole T=16 22.7 / 25.9, T=32 29.2 / 26.8, T=64 41.4 / 28.6 (14:12).
 constexpr int64_t kMlaDecodeMaxTokens = 16;
 constexpr int64_t kMlaDecodeWindowsMaxTokens = 64;
-constexpr int64_t kMlaDecodeWindowsFirstMaxTokens = 32;
+constexpr int64_t kMlaDecodeWindowsFirstMaxTokens = 64;
 inline bool cuda_mla_decode_preferred(const MlaProblem& p) {
   if (p.tokens() <= kMlaDecodeMaxTokens) return true;
   if (!mla_decode_token_windows(p)) return false;
@@ -71,10 +70,11 @@ inline bool cuda_mla_decode_preferred(const MlaProblem& p) {
 }
 inline bool cuda_mla_gemm_preferred(const MlaProblem& p) { return !cuda_mla_decode_preferred(p); }
 // K1's token tiles per window where the call runs in windows: one up to this many tokens, two past
-// it (K3 keeps windows of one tile). Same H200 call (19:25 UTC), V2-Lite, two / one: first stage
-// T=64 7.25 / 7.57 us; K3 over two-tile windows lost (whole path T=48 14.5 / 13.4, T=64 15.3 /
-// 14.1: half the blocks, each warp both tiles' MMAs).
-constexpr int64_t kMlaDecodeStageAOneTileWindowsMaxTokens = 32;
+// it (K3 keeps windows of one tile). Same H200 call (19:34 UTC), V2-Lite whole path, K1 over two /
+// one-tile windows: T=48 13.1 / 12.9 us, T=64 13.4 / 13.6 (19:25: first stage T=64 7.25 / 7.57).
+// K3 over two-tile windows lost (whole T=48 14.5 / 13.4, T=64 15.3 / 14.1: half the blocks, each
+// warp both tiles' MMAs).
+constexpr int64_t kMlaDecodeStageAOneTileWindowsMaxTokens = 48;
 inline int mla_decode_stage_a_window_tiles(int64_t tokens) {
   return tokens <= kMlaDecodeStageAOneTileWindowsMaxTokens ? 1 : 2;
 }

@@ -4,14 +4,14 @@
 // mma.sync m16n8k16 with the tokens as the M side: 1, 2 or 4 token tiles of 16 (a template
 // argument; T = 1 and T = 16 cost the same instructions, rows past T are zeros), each weight
 // fragment feeding every tile, and a weight row per n column. On small weights (heuristics.h) a
-// call past 16 tokens runs windows instead (K1's blockIdx.z: of 16 tokens, 32 past 32 tokens; K3's
+// call past 16 tokens runs windows instead (K1's blockIdx.z: of 16 tokens, 32 past 48 tokens; K3's
 // blockIdx.y: of 16): more blocks, each window reading the weights from L2 again.
 // A K-block of 32 columns is one 16-byte load per thread: thread (g = lane / 4, q = lane % 4)
 // holds elements 8q .. 8q + 7 of row g, which the two k16 MMAs of the block read as their k pairs
 // {2q, 2q + 1, 2q + 8, 2q + 9} (any fixed permutation of k works when A and B use the same one).
 // Three launches, chained by programmatic dependent launch (sm_90; below it plain stream order):
 //   K1 mla_decode_stage_a      block = 64 weight rows of [q_a_weight; kv_a_weight] (a warp per
-//                              8) x one chunk of D (chunks so that ~2 blocks per SM; 1 where K3
+//                              8) x one chunk of D (chunks so that <= 2 blocks per SM; 1 where K3
 //                              follows and stage A's weights are small, so a K3 block fits
 //                              beside it; steps of 256 columns, 8 loads in flight per thread,
 //                              double-buffered; 128 and 4 with four token tiles); the hidden
@@ -39,7 +39,8 @@
 //                              c [T, R] (dtype) and k_pe go into shared memory by cp.async
 //                              where the rows are whole vectors (opted in past 48 KB
 //                              from 17 tokens), K[t, h, :dn] and V[t, h, :] are written straight
-//                              from the accumulators (rounded once) and K's k_pe columns from
+//                              from the accumulators (rounded once; two adjacent columns as one
+//                              32-bit store where the strides allow) and K's k_pe columns from
 //                              k_pe.
 // kFirst runs K1 + K2; kSecond runs K3 alone, gathering c and k_pe from args.latent/args.k_pe or
 // the cache by slot (a skipped slot gives zero rows of K and V); kBoth runs all three. Results are

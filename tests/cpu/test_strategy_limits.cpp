@@ -150,8 +150,7 @@ TEST(DecodeArguments, RefusedWithTheArgumentNamed) {
 
 // The table's two cuda-decode rows share one Strategy id and split the dtypes between them.
 // cuda-mla-decode under kAuto: up to 16 tokens at any size and stage; on small weights (token
-// windows) up to 64 where stage B runs and 32 for the first stage alone (heuristics.h);
-// cuda-mla-gemm past that.
+// windows) up to 64, the first stage alone included (heuristics.h); cuda-mla-gemm past that.
 TEST(MlaDecodeDispatch, SixteenTokensOrMoreInWindowsOnSmallWeights) {
   MlaProblem small = mla_shape(2048, 0, 512, 64, 16, 128, 128);  // V2-Lite bf16: 2.4 + 4.2 MB
   MlaProblem large = small;
@@ -162,11 +161,10 @@ TEST(MlaDecodeDispatch, SixteenTokensOrMoreInWindowsOnSmallWeights) {
     EXPECT_EQ(detail::mla_decode_token_windows(large), stage == MlaStage::kFirst);
     for (int64_t tokens : {1, 16, 17, 32, 33, 64, 65}) {
       small.seq = large.seq = tokens;
-      const int64_t bound = stage == MlaStage::kFirst ? 32 : 64;
-      EXPECT_EQ(detail::cuda_mla_decode_preferred(small), tokens <= bound)
+      EXPECT_EQ(detail::cuda_mla_decode_preferred(small), tokens <= 64)
           << "T = " << tokens << ", stage " << to_string(stage);
       EXPECT_EQ(detail::cuda_mla_decode_preferred(large),
-                tokens <= 16 || (stage == MlaStage::kFirst && tokens <= 32))
+                tokens <= 16 || (stage == MlaStage::kFirst && tokens <= 64))
           << "T = " << tokens << ", stage " << to_string(stage);
       EXPECT_NE(detail::cuda_mla_decode_preferred(small), detail::cuda_mla_gemm_preferred(small));
     }
@@ -192,8 +190,8 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_TRUE(detail::mla_decode_fold_epilogue(detail::kMlaDecodeFoldMaxReadBytes));
   EXPECT_FALSE(detail::mla_decode_fold_epilogue(detail::kMlaDecodeFoldMaxReadBytes + 1));
   EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(17), 1);
-  EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(32), 1);
-  EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(33), 2);
+  EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(48), 1);
+  EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(49), 2);
   EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(64), 2);
   EXPECT_TRUE(detail::mla_decode_whole_rows((8 + 3) / 4));
   EXPECT_FALSE(detail::mla_decode_whole_rows((15 + 3) / 4));

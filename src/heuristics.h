@@ -118,6 +118,19 @@ inline bool mla_decode_whole_rows(int partial_trips) {
   return partial_trips <= kMlaDecodeWholeRowsMaxTrips;
 }
 
+// cuda-mla-gemm's stage A at few to mid tokens: K split into this many batches of one GEMM (no
+// split-K reduction kernel: the epilogue sums the partial products in split order), where
+// T <= kMlaGemmSplitMaxTokens and D splits into at least two whole kMlaGemmSplitDepth-column
+// slices (at most kMlaGemmMaxSplits); else one GEMM (cuBLASLt's own split-K where it takes it).
+constexpr int64_t kMlaGemmSplitMaxTokens = 256;
+constexpr int64_t kMlaGemmSplitDepth = 1024;
+constexpr int64_t kMlaGemmMaxSplits = 8;
+inline int64_t mla_gemm_stage_a_splits(int64_t tokens, int64_t model_dim) {
+  if (tokens > kMlaGemmSplitMaxTokens || model_dim % kMlaGemmSplitDepth != 0) return 1;
+  const int64_t splits = model_dim / kMlaGemmSplitDepth;
+  return splits >= 2 && splits <= kMlaGemmMaxSplits ? splits : 1;
+}
+
 // ---- launchers' variants ----
 // cuda-fused's one-token configuration (its kernel takes T <= 2 at D <= 256, R <= 64): one
 // round trip and three barriers instead of the streaming configuration's split-K chain. Founding

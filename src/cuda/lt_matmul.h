@@ -17,7 +17,9 @@
 // (H = 128) 1.20x at T = 4096 and 1.11x at T = 1024; V2-Lite T = 4096 (H = 16, 1.9 waves of
 // 128x256) is 0.90x with 128x128 and keeps the first. A 512-deep tile is only 8 k-blocks of 64,
 // so a 128x256 tile (one CTA an SM) pays its pipeline fill and its epilogue every wave, which
-// smaller tiles, two an SM, overlap.
+// smaller tiles, two an SM, overlap. A GEMM marked no_split_reduction is offered only algorithms
+// without split-K: cuda-mla-gemm's stage A splits K itself, as batches, and sums the partial
+// products in its epilogue (no reduction kernel).
 #pragma once
 
 #include <cublasLt.h>
@@ -55,8 +57,8 @@ inline Status cublas_status(cublasStatus_t s, const char* what) {
 }
 
 // in_type, out_type, b_transposed, short_inner, batches, rows, cols, inner, a.ld, b.ld, ldc, the
-// three batch strides, the three pointer alignments, scratch bytes.
-using PlanKey = std::array<int64_t, 18>;
+// three batch strides, the three pointer alignments, scratch bytes, no_split_reduction.
+using PlanKey = std::array<int64_t, 19>;
 
 struct Plan {
   PlanKey key{};
@@ -153,6 +155,7 @@ struct Shape {
   bool b_transposed;  // B given as [cols, inner] (nn.Linear's weight), else [inner, cols]
   int64_t batches, rows, cols, inner;
   bool short_inner = false;  // the tile rule of the header comment applies
+  bool no_split_reduction = false;  // only algorithms without split-K (the caller splits K)
 };
 
 constexpr int kShortInnerCandidates = 8;  // heuristic results the short_inner rule looks through
@@ -264,6 +267,13 @@ inline Status make_plan(cublasLtHandle_t lt, const Shape& g, Operand a, Operand 
     s = cublas_status(cublasLtMatmulPreferenceSetAttribute(pref, attribute, value, sizeof *value),
                       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)");
   }
+  const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+  if (s.ok() && g.no_split_reduction) {
+    s = cublas_status(cublasLtMatmulPreferenceSetAttribute(
+                          pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
+                          sizeof reduction),
+                      "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)");
+  }
   cublasLtMatmulHeuristicResult_t results[kShortInnerCandidates] = {};
   int found = 0;
   if (s.ok()) {
@@ -295,7 +305,8 @@ inline Status gemm(const Context& ctx, const Shape& g, Operand a, Operand b, voi
   const PlanKey key = {static_cast<int64_t>(g.in_type), static_cast<int64_t>(g.out_type),
                        g.b_transposed, g.short_inner, g.batches, g.rows, g.cols, g.inner,
                        a.ld, b.ld, ldc, a.batch_stride, b.batch_stride, c_batch_stride,
-                       aligned[0], aligned[1], aligned[2], ctx.scratch_bytes};
+                       aligned[0], aligned[1], aligned[2], ctx.scratch_bytes,
+                       g.no_split_reduction};
   auto plan = std::find_if(h.plans.begin(), h.plans.end(),
                            [&key](const Plan& p) { return p.key == key; });
   if (plan == h.plans.end()) {

@@ -109,8 +109,20 @@ __global__ void __launch_bounds__(kThreads)
   const int t = blockIdx.x * (kWarps / g.warps) + g.slot;
   const bool active = t < p.tokens;  // every thread reaches the barrier below
   float* pe = pe_all + g.slot * p.rope_dim;
-  const float* row = p.ckv + static_cast<int64_t>(active ? t : 0) * p.ckv_ld;  // [Rq + R + dr]
+  float* row = p.ckv + static_cast<int64_t>(active ? t : 0) * p.ckv_ld;  // [Rq + R + dr]
   const int width = p.q_rank + p.kv_rank;
+  if (p.ckv_splits > 1) {
+    // The slices' partial products summed in slice order into the first plane; the barrier makes
+    // them visible to the group's other threads.
+    if (active) {
+      for (int i = g.thread; i < width + p.rope_dim; i += g.threads) {
+        float x = row[i];
+        for (int s = 1; s < p.ckv_splits; ++s) x += row[s * p.ckv_split_stride + i];
+        row[i] = x;
+      }
+    }
+    __syncthreads();
+  }
 
   float sum_q = 0.f, sum_c = 0.f;
   if (active) {
@@ -262,6 +274,7 @@ Status mla_elements_aligned(const MlaArgs& a, int64_t eb, int64_t rope_eb) {
 
 MlaEpilogueParams mla_epilogue_params(const MlaProblem& p, const MlaArgs& a, int64_t q_rank) {
   MlaEpilogueParams e{};
+  e.ckv_splits = 1;
   e.tokens = static_cast<int>(p.tokens());
   e.seq = static_cast<int>(p.seq);
   e.q_rank = static_cast<int>(q_rank);

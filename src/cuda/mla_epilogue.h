@@ -1,6 +1,6 @@
 // The MLA path's two small kernels around its cuBLASLt GEMMs (cuda-mla-gemm, mla_gemm.cu):
 //  - the stage-A epilogue: one pass over the first GEMM's float32 output [q_a | c | k_pe] per
-//    token does both RMSNorms (float32 statistics), RoPE of k_pe and every write that follows from
+//    token (first summed over the GEMM's slices of D where stage A split it) does both RMSNorms (float32 statistics), RoPE of k_pe and every write that follows from
 //    them (q_a, the cache row [c | k_pe], c for stage B, K's last dr columns for every head), each
 //    value rounded once to the dtype;
 //  - stage B's inputs when stage B runs alone: k_pe broadcast into K's last dr columns (from
@@ -38,8 +38,12 @@ struct MlaKRef {
 };
 
 struct MlaEpilogueParams {
-  const float* ckv;  // [T, ckv_ld]: q_a (Rq) | c (R) | k_pe (dr), stage A's GEMM output
+  // [ckv_splits, T, ckv_ld]: q_a (Rq) | c (R) | k_pe (dr), stage A's GEMM output, as partial
+  // products over ckv_splits slices of D that the epilogue sums (in slice order, into the first)
+  float* ckv;
   int64_t ckv_ld;
+  int ckv_splits;  // >= 1
+  int64_t ckv_split_stride;  // elements between the slices' planes
   int tokens, seq, q_rank, kv_rank, rope_dim, heads, nope_dim;  // T, S, Rq, R, dr, H, dn
   float eps;
   DType dtype;       // of the norm weights and every output

@@ -3,9 +3,11 @@
 //
 //   stage A  ckv [T, Rq + R + dr] (float32, workspace) = hidden @ [q_a_weight ; kv_a_weight]^T
 //            one GEMM where the q_a rows are directly followed by the kv_a rows with the same row
-//            stride, else one per weight into the same rows; then one epilogue kernel
-//            (mla_epilogue.cu): both RMSNorms, RoPE, q_a, the cache row, c for stage B, K's last
-//            dr columns.
+//            stride, else one per weight into the same rows; at few to mid tokens (heuristics.h)
+//            split over slices of D as the GEMM's batches, without cuBLAS's split-K, into one
+//            plane of partial products per slice; then one epilogue kernel (mla_epilogue.cu): the
+//            slices summed in order, both RMSNorms, RoPE, q_a, the cache row, c for stage B, K's
+//            last dr columns.
 //   stage B  K[:, h, :dn] = c @ kv_b[h (dn + dv) .. + dn]^T and V[:, h, :] = c @ kv_b[.. + dn ..
 //            + dv]^T, each one GEMM batched over the heads (weight batch stride (dn + dv) rows,
 //            output batch stride k_stride_head / v_stride_head, ldc the token stride), written in
@@ -14,7 +16,8 @@
 //            Where the tokens' rows do not fold into one matrix (batch stride != S * seq stride),
 //            the smaller of B and H is looped over and the other batched.
 //
-// The workspace, from its first 256-byte boundary: ckv, then (at 256 bytes) c [T, R] in the
+// The workspace, from its first 256-byte boundary: ckv (a plane per slice of D), then (at 256
+// bytes) c [T, R] in the
 // dtype where stage B needs it there, then cuBLAS's scratch (lt_matmul.h), which is optional.
 // A token whose slot is skipped (padding, or past the cache) while stage B gathers from a paged
 // cache gets c = 0, so its K and V rows are written as zeros (mla.h): a GEMM writes every row.
@@ -28,6 +31,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/lt_matmul.h"
 #include "cuda/mla_epilogue.h"
+#include "heuristics.h"
 #include "mla/mla_backends.h"
 #include "validation.h"
 
@@ -60,7 +64,8 @@ int64_t ckv_ld(int64_t q_rank, const MlaProblem& p) {
 // Bytes of the workspace's regions before the scratch, from its first 256-byte boundary.
 struct WorkspaceLayout {
   int64_t ckv_ld = 0;        // float32 elements per ckv row
-  int64_t ckv_bytes = 0;     // [T, ckv_ld] float32, rounded up to 256; 0 without stage A
+  int64_t ckv_splits = 1;    // planes of ckv: stage A's slices of D
+  int64_t ckv_bytes = 0;     // [ckv_splits, T, ckv_ld] float32, rounded up to 256; 0 without stage A
   int64_t latent_bytes = 0;  // [T, R] in the dtype; 0 where stage B does not read it there
   int64_t used() const { return ckv_bytes + latent_bytes; }
 };
@@ -69,7 +74,8 @@ WorkspaceLayout workspace_layout(const MlaProblem& p, int64_t q_rank, bool laten
   WorkspaceLayout w;
   if (runs_first(p)) {
     w.ckv_ld = ckv_ld(q_rank, p);
-    w.ckv_bytes = lt::align_up(p.tokens() * w.ckv_ld * 4, kRegionAlignment);
+    w.ckv_splits = mla_gemm_stage_a_splits(p.tokens(), p.model_dim);
+    w.ckv_bytes = lt::align_up(w.ckv_splits * p.tokens() * w.ckv_ld * 4, kRegionAlignment);
   }
   if (latent) {
     w.latent_bytes =
@@ -132,9 +138,17 @@ Status head_gemms(const lt::Context& ctx, const MlaProblem& p, const void* c, To
   return s;
 }
 
-// ckv [T, ckv_ld] float32 = hidden @ [q_a_weight ; kv_a_weight]^T (q_a part only for q_rank > 0).
+// The slices of D stage A's GEMMs run as batches: where the tokens' rows fold into one matrix
+// (mla_gemm_stage_a_splits, heuristics.h), else 1.
+int64_t stage_a_splits(const MlaProblem& p, const MlaArgs& a) {
+  const TokenRows rows = token_rows(p, a.hidden_stride_batch, a.hidden_stride_seq, p.model_dim);
+  return rows.folds ? mla_gemm_stage_a_splits(p.tokens(), p.model_dim) : 1;
+}
+
+// ckv [splits, T, ckv_ld] float32 = hidden @ [q_a_weight ; kv_a_weight]^T (q_a part only for
+// q_rank > 0), slice j of D (D / splits columns) into plane j (T * ld elements on).
 Status stage_a_gemms(const lt::Context& ctx, const MlaProblem& p, const MlaArgs& a,
-                     int64_t q_rank, float* ckv, int64_t ld) {
+                     int64_t q_rank, float* ckv, int64_t ld, int64_t splits) {
   const int64_t eb = element_size(p.dtype);
   const TokenRows rows = token_rows(p, a.hidden_stride_batch, a.hidden_stride_seq, p.model_dim);
   const int64_t batches = rows.folds ? 1 : p.batch;
@@ -142,6 +156,13 @@ Status stage_a_gemms(const lt::Context& ctx, const MlaProblem& p, const MlaArgs&
   const lt::Operand hidden{a.hidden, rows.ld, rows.batch_stride};
   const int64_t kv_cols = p.kv_rank + p.rope_dim;
   auto project = [&](const void* w, int64_t ldw, int64_t cols, float* out) {
+    if (splits > 1) {  // rows fold: the batches are the slices of D
+      const int64_t depth = p.model_dim / splits;
+      lt::Shape g{p.dtype, DType::kFloat32, true, splits, p.tokens(), cols, depth};
+      g.no_split_reduction = true;
+      return lt::gemm(ctx, g, {a.hidden, rows.ld, depth}, {w, ldw, depth}, out, ld,
+                      p.tokens() * ld);
+    }
     return lt::gemm(ctx, {p.dtype, DType::kFloat32, true, batches, m, cols, p.model_dim}, hidden,
                     {w, ldw, 0}, out, ld, p.seq * ld);
   };
@@ -166,10 +187,12 @@ MlaKRef k_ref(const MlaArgs& a) {
 }
 
 MlaEpilogueParams epilogue_params(const MlaProblem& p, const MlaArgs& a, int64_t q_rank,
-                                  const float* ckv, int64_t ld, void* latent) {
+                                  float* ckv, int64_t ld, int64_t splits, void* latent) {
   MlaEpilogueParams e = mla_epilogue_params(p, a, q_rank);
   e.ckv = ckv;
   e.ckv_ld = ld;
+  e.ckv_splits = static_cast<int>(splits);
+  e.ckv_split_stride = p.tokens() * ld;
   e.latent = latent;
   if (runs_second(p)) e.k = k_ref(a);
   return e;
@@ -259,16 +282,17 @@ Status run_mla_cuda_gemm(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   const bool latent_ws = latent_in_workspace(p, a);
   const WorkspaceLayout w = workspace_layout(p, q_rank, latent_ws);
   char* base = w.used() > 0 ? aligned_workspace(a.workspace) : nullptr;
-  float* ckv = w.ckv_bytes > 0 ? reinterpret_cast<float*>(base) : nullptr;  // [T, ckv_ld]
+  float* ckv = w.ckv_bytes > 0 ? reinterpret_cast<float*>(base) : nullptr;  // [splits, T, ld]
   void* latent = latent_ws ? base + w.ckv_bytes : nullptr;                  // [T, R]
   lt::Context ctx{*h, stream, nullptr, 0};
   const int64_t used = base == nullptr ? 0 : (base - static_cast<char*>(a.workspace)) + w.used();
   lt::scratch_after(a.workspace, a.workspace_bytes, used, &ctx.scratch, &ctx.scratch_bytes);
 
   if (runs_first(p)) {
-    LATENTKV_RETURN_IF_ERROR(stage_a_gemms(ctx, p, a, q_rank, ckv, w.ckv_ld));
+    const int64_t splits = stage_a_splits(p, a);
+    LATENTKV_RETURN_IF_ERROR(stage_a_gemms(ctx, p, a, q_rank, ckv, w.ckv_ld, splits));
     LATENTKV_RETURN_IF_ERROR(launch_mla_stage_a_epilogue(
-        epilogue_params(p, a, q_rank, ckv, w.ckv_ld, latent), stream));
+        epilogue_params(p, a, q_rank, ckv, w.ckv_ld, splits, latent), stream));
   }
   if (!runs_second(p)) return Status::Ok();
   if (p.stage == MlaStage::kSecond) {

@@ -193,6 +193,12 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(48), 1);
   EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(49), 2);
   EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(64), 2);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 7168), 7);  // V3: 7 slices of 1024
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(256, 2048), 2);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(257, 7168), 1);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 1024), 1);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 3000), 1);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 9 * 1024), 1);
   EXPECT_TRUE(detail::mla_decode_whole_rows((8 + 3) / 4));
   EXPECT_FALSE(detail::mla_decode_whole_rows((15 + 3) / 4));
 }

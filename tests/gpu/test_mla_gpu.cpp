@@ -600,6 +600,25 @@ std::vector<MlaCase> layout_cases() {
                    RopeForm::kPositions, CacheMode::kDense};
     no_q_a.q_a = false;
     cases.push_back(no_q_a);
+    // Stage A split over slices of D as batches (mla_gemm_stage_a_splits: 3 of 1024 columns),
+    // summed by the epilogue: q_a in its own GEMM and in one with kv_a, a paged and a dense
+    // cache; rows that stop folding (one GEMM, no slices).
+    MlaProblem sliced = mla_shape(3 * detail::kMlaGemmSplitDepth, 24, 40, 16, 3, 24, 16);
+    sliced.batch = 1;
+    sliced.seq = 5;
+    MlaCase slices{"dslices", with(sliced, dt, MlaStage::kBoth, RopeStyle::kNeox),
+                   RopeForm::kPositions, CacheMode::kPaged};
+    cases.push_back(slices);
+    slices.fused_q_weights = true;
+    slices.cache = CacheMode::kDense;
+    cases.push_back(slices);
+    sliced.batch = 2;
+    sliced.seq = 3;
+    MlaCase unfolded_slices{"dslices-unfolded", with(sliced, dt, MlaStage::kFirst,
+                                                     RopeStyle::kInterleave),
+                            RopeForm::kCosSin, CacheMode::kPaged};
+    unfolded_slices.pad_batch = 8;
+    cases.push_back(unfolded_slices);
     if (dt != DType::kFloat32) {
       MlaCase rope_half{"ropehalf", with(decode, dt, MlaStage::kBoth, RopeStyle::kInterleave),
                         RopeForm::kCosSin, CacheMode::kDense};

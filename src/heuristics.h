@@ -55,18 +55,23 @@ inline bool mla_decode_token_windows(const MlaProblem& p) {
   return (p.stage == MlaStage::kSecond || stage_a <= kMlaDecodeSmallWeightBytes) &&
          (p.stage == MlaStage::kFirst || stage_b <= kMlaDecodeSmallWeightBytes);
 }
-// kAuto: decode up to 16 tokens everywhere; with windows, up to 64 (all it takes), the first
-// stage alone included. H200, decode / gemm, us: V2-Lite whole T=16 10.5 / 17.9, T=48 12.9 / 18.6,
-// T=64 13.4 / 17.6 (19:34 UTC), first stage T=64 7.25 / 9.96 (19:25; 14:38); V3 (33.5 MB of kv_b,
-// no windows) whole T=16 22.7 / 25.9, T=32 29.2 / 26.8, T=64 41.4 / 28.6 (14:12).
+// kAuto: decode up to 16 tokens everywhere; with windows, up to 64 (all it takes) where stage B
+// runs, and for the first stage alone up to 64 where its weights are at most
+// kMlaDecodeFirstWideWeightBytes, else 32. H200, decode / gemm, us: V2-Lite whole T=16 10.5 /
+// 17.9, T=48 12.9 / 18.6, T=64 13.4 / 17.6 (19:34 UTC); first stage V2-Lite (2.4 MB) T=33 6.6 /
+// 9.8, T=64 7.28 / 9.93 (19:42), V3 kv (8.3 MB) T=32 10.8 / 11.3, T=64 13.7 / 11.4 (19:54); V3
+// (33.5 MB of kv_b, no windows) whole T=16 22.7 / 25.9, T=32 29.2 / 26.8, T=64 41.4 / 28.6 (14:12).
 constexpr int64_t kMlaDecodeMaxTokens = 16;
 constexpr int64_t kMlaDecodeWindowsMaxTokens = 64;
-constexpr int64_t kMlaDecodeWindowsFirstMaxTokens = 64;
+constexpr int64_t kMlaDecodeWindowsFirstMaxTokens = 32;
+constexpr int64_t kMlaDecodeFirstWideWeightBytes = int64_t{4} << 20;
 inline bool cuda_mla_decode_preferred(const MlaProblem& p) {
   if (p.tokens() <= kMlaDecodeMaxTokens) return true;
   if (!mla_decode_token_windows(p)) return false;
-  return p.tokens() <= (p.stage == MlaStage::kFirst ? kMlaDecodeWindowsFirstMaxTokens
-                                                     : kMlaDecodeWindowsMaxTokens);
+  if (p.stage != MlaStage::kFirst) return p.tokens() <= kMlaDecodeWindowsMaxTokens;
+  const int64_t weights = (p.q_rank + p.cache_width()) * p.model_dim * element_size(p.dtype);
+  return p.tokens() <= (weights <= kMlaDecodeFirstWideWeightBytes ? kMlaDecodeWindowsMaxTokens
+                                                                  : kMlaDecodeWindowsFirstMaxTokens);
 }
 inline bool cuda_mla_gemm_preferred(const MlaProblem& p) { return !cuda_mla_decode_preferred(p); }
 // K1's token tiles per window where the call runs in windows: one up to this many tokens, two past
@@ -118,15 +123,21 @@ inline bool mla_decode_whole_rows(int partial_trips) {
   return partial_trips <= kMlaDecodeWholeRowsMaxTrips;
 }
 
-// cuda-mla-gemm's stage A at few to mid tokens: K split into this many batches of one GEMM (no
-// split-K reduction kernel: the epilogue sums the partial products in split order), where
+// cuda-mla-gemm's stage A at few to mid tokens without q_a: K split into this many batches of one
+// GEMM (no split-K reduction kernel: the epilogue sums the partial products in slice order), where
 // T <= kMlaGemmSplitMaxTokens and D splits into at least two whole kMlaGemmSplitDepth-column
 // slices (at most kMlaGemmMaxSplits); else one GEMM (cuBLASLt's own split-K where it takes it).
+// Same H200 call (19:54 UTC), slices / one GEMM, us: V3 whole path (7 slices) T=17 25.5 / 26.7,
+// T=64 27.1 / 28.5, T=128 29.8 / 31.1, T=256 34.7 / 35.5, first stage T=64 11.4 / 12.7; V2-Lite
+// (2 slices) whole T=65 17.1 / 17.7, T=256 18.7 / 18.9. With q_a (2112 columns) it lost: V3
+// q_a + kv first stage T=32 22.9 / 20.3.
 constexpr int64_t kMlaGemmSplitMaxTokens = 256;
 constexpr int64_t kMlaGemmSplitDepth = 1024;
 constexpr int64_t kMlaGemmMaxSplits = 8;
-inline int64_t mla_gemm_stage_a_splits(int64_t tokens, int64_t model_dim) {
-  if (tokens > kMlaGemmSplitMaxTokens || model_dim % kMlaGemmSplitDepth != 0) return 1;
+inline int64_t mla_gemm_stage_a_splits(int64_t tokens, int64_t model_dim, int64_t q_rows) {
+  if (q_rows > 0 || tokens > kMlaGemmSplitMaxTokens || model_dim % kMlaGemmSplitDepth != 0) {
+    return 1;
+  }
   const int64_t splits = model_dim / kMlaGemmSplitDepth;
   return splits >= 2 && splits <= kMlaGemmMaxSplits ? splits : 1;
 }

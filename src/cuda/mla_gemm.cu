@@ -23,6 +23,7 @@
 // cache gets c = 0, so its K and V rows are written as zeros (mla.h): a GEMM writes every row.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <mutex>
@@ -74,7 +75,7 @@ WorkspaceLayout workspace_layout(const MlaProblem& p, int64_t q_rank, bool laten
   WorkspaceLayout w;
   if (runs_first(p)) {
     w.ckv_ld = ckv_ld(q_rank, p);
-    w.ckv_splits = mla_gemm_stage_a_splits(p.tokens(), p.model_dim);
+    w.ckv_splits = mla_gemm_stage_a_splits(p.tokens(), p.model_dim, q_rank);
     w.ckv_bytes = lt::align_up(w.ckv_splits * p.tokens() * w.ckv_ld * 4, kRegionAlignment);
   }
   if (latent) {
@@ -139,10 +140,10 @@ Status head_gemms(const lt::Context& ctx, const MlaProblem& p, const void* c, To
 }
 
 // The slices of D stage A's GEMMs run as batches: where the tokens' rows fold into one matrix
-// (mla_gemm_stage_a_splits, heuristics.h), else 1.
-int64_t stage_a_splits(const MlaProblem& p, const MlaArgs& a) {
+// (mla_gemm_stage_a_splits, heuristics.h: q_rank q_a rows run), else 1.
+int64_t stage_a_splits(const MlaProblem& p, const MlaArgs& a, int64_t q_rank) {
   const TokenRows rows = token_rows(p, a.hidden_stride_batch, a.hidden_stride_seq, p.model_dim);
-  return rows.folds ? mla_gemm_stage_a_splits(p.tokens(), p.model_dim) : 1;
+  return rows.folds ? mla_gemm_stage_a_splits(p.tokens(), p.model_dim, q_rank) : 1;
 }
 
 // ckv [splits, T, ckv_ld] float32 = hidden @ [q_a_weight ; kv_a_weight]^T (q_a part only for
@@ -229,10 +230,11 @@ Status too_large(const char* what, int64_t value) {
 }  // namespace
 
 int64_t mla_cuda_gemm_workspace_size(const MlaProblem& p) {
-  // The regions as the largest call needs them (q_a on, c in the workspace), the slack to reach
-  // the first 256-byte boundary, and cuBLAS's scratch at one.
-  const WorkspaceLayout w = workspace_layout(p, p.q_rank, runs_second(p));
-  return kRegionAlignment + w.used() + lt::kScratchAlignment + lt::kScratchBytes;
+  // The regions as the largest call needs them (q_a on, or off with stage A in slices of D; c in
+  // the workspace), the slack to reach the first 256-byte boundary, and cuBLAS's scratch at one.
+  const int64_t used = std::max(workspace_layout(p, p.q_rank, runs_second(p)).used(),
+                                workspace_layout(p, 0, runs_second(p)).used());
+  return kRegionAlignment + used + lt::kScratchAlignment + lt::kScratchBytes;
 }
 
 Status mla_cuda_gemm_takes(const MlaProblem& p, const MlaArgs& a) {
@@ -289,7 +291,7 @@ Status run_mla_cuda_gemm(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   lt::scratch_after(a.workspace, a.workspace_bytes, used, &ctx.scratch, &ctx.scratch_bytes);
 
   if (runs_first(p)) {
-    const int64_t splits = stage_a_splits(p, a);
+    const int64_t splits = stage_a_splits(p, a, q_rank);
     LATENTKV_RETURN_IF_ERROR(stage_a_gemms(ctx, p, a, q_rank, ckv, w.ckv_ld, splits));
     LATENTKV_RETURN_IF_ERROR(launch_mla_stage_a_epilogue(
         epilogue_params(p, a, q_rank, ckv, w.ckv_ld, splits, latent), stream));

@@ -150,21 +150,27 @@ TEST(DecodeArguments, RefusedWithTheArgumentNamed) {
 
 // The table's two cuda-decode rows share one Strategy id and split the dtypes between them.
 // cuda-mla-decode under kAuto: up to 16 tokens at any size and stage; on small weights (token
-// windows) up to 64, the first stage alone included (heuristics.h); cuda-mla-gemm past that.
+// windows) up to 64, the first stage alone on weights of at most 4 MB too, else 32
+// (heuristics.h); cuda-mla-gemm past that.
 TEST(MlaDecodeDispatch, SixteenTokensOrMoreInWindowsOnSmallWeights) {
   MlaProblem small = mla_shape(2048, 0, 512, 64, 16, 128, 128);  // V2-Lite bf16: 2.4 + 4.2 MB
   MlaProblem large = small;
   large.heads = 128;  // V3's kv_b: 33.5 MB
+  MlaProblem v3_kv_a = large;
+  v3_kv_a.model_dim = 7168;  // [kv_a] 8.3 MB: windows, but the first stage alone to 32 tokens
   for (MlaStage stage : {MlaStage::kBoth, MlaStage::kSecond, MlaStage::kFirst}) {
-    small.stage = large.stage = stage;
+    small.stage = large.stage = v3_kv_a.stage = stage;
     EXPECT_TRUE(detail::mla_decode_token_windows(small)) << to_string(stage);
     EXPECT_EQ(detail::mla_decode_token_windows(large), stage == MlaStage::kFirst);
     for (int64_t tokens : {1, 16, 17, 32, 33, 64, 65}) {
-      small.seq = large.seq = tokens;
+      small.seq = large.seq = v3_kv_a.seq = tokens;
       EXPECT_EQ(detail::cuda_mla_decode_preferred(small), tokens <= 64)
           << "T = " << tokens << ", stage " << to_string(stage);
       EXPECT_EQ(detail::cuda_mla_decode_preferred(large),
                 tokens <= 16 || (stage == MlaStage::kFirst && tokens <= 64))
+          << "T = " << tokens << ", stage " << to_string(stage);
+      EXPECT_EQ(detail::cuda_mla_decode_preferred(v3_kv_a),
+                tokens <= 16 || (stage == MlaStage::kFirst && tokens <= 32))
           << "T = " << tokens << ", stage " << to_string(stage);
       EXPECT_NE(detail::cuda_mla_decode_preferred(small), detail::cuda_mla_gemm_preferred(small));
     }
@@ -193,12 +199,13 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(48), 1);
   EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(49), 2);
   EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(64), 2);
-  EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 7168), 7);  // V3: 7 slices of 1024
-  EXPECT_EQ(detail::mla_gemm_stage_a_splits(256, 2048), 2);
-  EXPECT_EQ(detail::mla_gemm_stage_a_splits(257, 7168), 1);
-  EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 1024), 1);
-  EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 3000), 1);
-  EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 9 * 1024), 1);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 7168, 0), 7);  // V3: 7 slices of 1024
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 7168, 1536), 1);  // with q_a: one GEMM
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(256, 2048, 0), 2);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(257, 7168, 0), 1);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 1024, 0), 1);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 3000, 0), 1);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 9 * 1024, 0), 1);
   EXPECT_TRUE(detail::mla_decode_whole_rows((8 + 3) / 4));
   EXPECT_FALSE(detail::mla_decode_whole_rows((15 + 3) / 4));
 }

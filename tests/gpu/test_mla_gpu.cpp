@@ -601,17 +601,23 @@ std::vector<MlaCase> layout_cases() {
     no_q_a.q_a = false;
     cases.push_back(no_q_a);
     // Stage A split over slices of D as batches (mla_gemm_stage_a_splits: 3 of 1024 columns),
-    // summed by the epilogue: q_a in its own GEMM and in one with kv_a, a paged and a dense
-    // cache; rows that stop folding (one GEMM, no slices).
-    MlaProblem sliced = mla_shape(3 * detail::kMlaGemmSplitDepth, 24, 40, 16, 3, 24, 16);
+    // summed by the epilogue: without q_a (Rq = 0, and Rq > 0 with no q_a output), paged and
+    // dense cache; with q_a (one GEMM, no slices) and rows that stop folding (no slices).
+    MlaProblem sliced = mla_shape(3 * detail::kMlaGemmSplitDepth, 0, 40, 16, 3, 24, 16);
     sliced.batch = 1;
     sliced.seq = 5;
     MlaCase slices{"dslices", with(sliced, dt, MlaStage::kBoth, RopeStyle::kNeox),
                    RopeForm::kPositions, CacheMode::kPaged};
     cases.push_back(slices);
-    slices.fused_q_weights = true;
-    slices.cache = CacheMode::kDense;
-    cases.push_back(slices);
+    sliced.q_rank = 24;
+    MlaCase slices_no_q_a{"dslices-noqa", with(sliced, dt, MlaStage::kBoth, RopeStyle::kGptJ),
+                          RopeForm::kCosSin, CacheMode::kDense};
+    slices_no_q_a.q_a = false;
+    cases.push_back(slices_no_q_a);
+    MlaCase slices_q_a{"dslices-qa", with(sliced, dt, MlaStage::kBoth, RopeStyle::kNeox),
+                       RopeForm::kPositions, CacheMode::kDense};
+    slices_q_a.fused_q_weights = true;
+    cases.push_back(slices_q_a);
     sliced.batch = 2;
     sliced.seq = 3;
     MlaCase unfolded_slices{"dslices-unfolded", with(sliced, dt, MlaStage::kFirst,
@@ -858,12 +864,12 @@ std::vector<MlaCase> decode_cases() {
   cases.push_back(windows);
   MlaCase first_windows = windows;
   first_windows.name = "auto-first-windows";
-  first_windows.problem.seq = detail::kMlaDecodeWindowsFirstMaxTokens;
+  first_windows.problem.seq = detail::kMlaDecodeWindowsMaxTokens;  // weights under 4 MB
   first_windows.problem.stage = MlaStage::kFirst;
   cases.push_back(first_windows);
   MlaCase first_past = first_windows;
   first_past.name = "auto-first-past";
-  first_past.problem.seq = detail::kMlaDecodeWindowsFirstMaxTokens + 1;
+  first_past.problem.seq = detail::kMlaDecodeWindowsMaxTokens + 1;
   first_past.expect_selected = Strategy::kCudaMlaGemm;
   cases.push_back(first_past);
   MlaCase past_tiles = picked;  // what the kernels cannot take, whatever the heuristic says

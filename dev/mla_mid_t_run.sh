@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Issue 15's losing row in one GPU call (written 2026-12-01, not yet run): V2-Lite at T = 64 loses
-# to torch.compile of transformers' code (15.5 against 13.5 us, bench_mla.py 17:56 UTC). This
-# times, on one machine, every way latentkv has to run mid-T rows:
+# Mid-T rows of the MLA path in one GPU call (run 2026-12-01 19:18 UTC on tree a2a103b, when
+# V2-Lite T = 64 lost to torch.compile, 15.5 against 13.5 us; rows and ncu output in
+# docs/data/h200_mla_mid_t_2026-12-01_1918.txt, read in docs/experiments.md). This times, on one
+# machine, every way latentkv has to run mid-T rows:
 #   cuda-mla-decode and cuda-mla-gemm forced (the working tree), and cuda-mla-wgmma (the tree
 #   with dev/mla_stage_b_wgmma.patch applied: stage B as one CUTLASS wgmma GEMM whose epilogue
-#   writes K with its k_pe columns and V; measured only at prefill so far),
+#   writes K with its k_pe columns and V),
 # at V2-Lite T = 17, 32, 48, 64, 96, 128 and V3 T = 32, 64, 128 (whole path, no q_a), then reads
 # the per-kernel durations of V2-Lite T = 64 under ncu with warm caches for the first two.
+# The patch was written against tree a2a103b (`patch -p1` applies it there with fuzz); cuda-mla-gemm
+# changed after it (stage A in slices of D), so on later trees its build fails and the script
+# times decode and gemm only, until the patch is rebased.
 # Needs CUTLASS 4.2's headers as a tarball of include/ in $CUTLASS_TGZ (default
 # .carry/cutlass42_include.tgz, carried). Run from the repository root on the GPU machine; logs
 # go to $OUT, a short table is printed last.

@@ -70,8 +70,9 @@ inline bool cuda_mla_decode_preferred(const MlaProblem& p) {
   if (!mla_decode_token_windows(p)) return false;
   if (p.stage != MlaStage::kFirst) return p.tokens() <= kMlaDecodeWindowsMaxTokens;
   const int64_t weights = (p.q_rank + p.cache_width()) * p.model_dim * element_size(p.dtype);
-  return p.tokens() <= (weights <= kMlaDecodeFirstWideWeightBytes ? kMlaDecodeWindowsMaxTokens
-                                                                  : kMlaDecodeWindowsFirstMaxTokens);
+  const int64_t bound = weights <= kMlaDecodeFirstWideWeightBytes ? kMlaDecodeWindowsMaxTokens
+                                                                  : kMlaDecodeWindowsFirstMaxTokens;
+  return p.tokens() <= bound;
 }
 inline bool cuda_mla_gemm_preferred(const MlaProblem& p) { return !cuda_mla_decode_preferred(p); }
 // K1's token tiles per window where the call runs in windows: one up to this many tokens, two past

@@ -1100,8 +1100,8 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   const bool overlap = runs_second(p) && mla_decode_overlap_stage_b(
                                              int64_t{k.a_rows} * p.model_dim * eb,
                                              p.kv_b_rows() * p.kv_rank * eb);
-  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.window_a, windows_a,
-                                       overlap ? kStageABlocksBeforeB : kBlocksPerSm);
+  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.window_a,
+                                       windows_a, overlap ? kStageABlocksBeforeB : kBlocksPerSm);
   k.rows_ld = plan.rows_ld;
   k.chunk = plan.chunk;
   k.chunks = plan.chunks;

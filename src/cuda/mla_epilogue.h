@@ -1,8 +1,9 @@
 // The MLA path's two small kernels around its cuBLASLt GEMMs (cuda-mla-gemm, mla_gemm.cu):
 //  - the stage-A epilogue: one pass over the first GEMM's float32 output [q_a | c | k_pe] per
-//    token (first summed over the GEMM's slices of D where stage A split it) does both RMSNorms (float32 statistics), RoPE of k_pe and every write that follows from
-//    them (q_a, the cache row [c | k_pe], c for stage B, K's last dr columns for every head), each
-//    value rounded once to the dtype;
+//    token (first summed over the GEMM's slices of D where stage A split it) does both RMSNorms
+//    (float32 statistics), RoPE of k_pe and every write that follows from them (q_a, the cache
+//    row [c | k_pe], c for stage B, K's last dr columns for every head), each value rounded once
+//    to the dtype;
 //  - stage B's inputs when stage B runs alone: k_pe broadcast into K's last dr columns (from
 //    args.k_pe or the cache row), and c gathered from a paged cache by slot into the workspace.
 // The parameter structs are type-erased (dtype fields); the launchers pick the instantiation.

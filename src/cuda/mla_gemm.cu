@@ -66,7 +66,7 @@ int64_t ckv_ld(int64_t q_rank, const MlaProblem& p) {
 struct WorkspaceLayout {
   int64_t ckv_ld = 0;        // float32 elements per ckv row
   int64_t ckv_splits = 1;    // planes of ckv: stage A's slices of D
-  int64_t ckv_bytes = 0;     // [ckv_splits, T, ckv_ld] float32, rounded up to 256; 0 without stage A
+  int64_t ckv_bytes = 0;     // [ckv_splits, T, ckv_ld] float32, rounded up to 256; 0: no stage A
   int64_t latent_bytes = 0;  // [T, R] in the dtype; 0 where stage B does not read it there
   int64_t used() const { return ckv_bytes + latent_bytes; }
 };

@@ -8,9 +8,8 @@
 #   writes K with its k_pe columns and V),
 # at V2-Lite T = 17, 32, 48, 64, 96, 128 and V3 T = 32, 64, 128 (whole path, no q_a), then reads
 # the per-kernel durations of V2-Lite T = 64 under ncu with warm caches for the first two.
-# The patch was written against tree a2a103b (`patch -p1` applies it there with fuzz); cuda-mla-gemm
-# changed after it (stage A in slices of D), so on later trees its build fails and the script
-# times decode and gemm only, until the patch is rebased.
+# The patch is rebased onto d4da217 (after cuda-mla-gemm's stage A in slices of D); where it no
+# longer applies, its build fails and the script times decode and gemm only.
 # Needs CUTLASS 4.2's headers as a tarball of include/ in $CUTLASS_TGZ (default
 # .carry/cutlass42_include.tgz, carried). Run from the repository root on the GPU machine; logs
 # go to $OUT, a short table is printed last.

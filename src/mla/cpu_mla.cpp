@@ -290,7 +290,8 @@ Status run_mla_cpu(const MlaProblem& p, const MlaArgs& a) {
   }
   if (p.stage != MlaStage::kFirst) fmas_per_token += static_cast<double>(p.kv_rank) * p.kv_b_rows();
   const double fmas = fmas_per_token * static_cast<double>(p.tokens());
-  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+  // Asked once: glibc reads /sys for it on every call (~10 us of syscalls at small shapes).
+  static const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
   const unsigned threads = static_cast<unsigned>(std::min<double>(
       {static_cast<double>(std::min(hardware, kMaxThreads)), static_cast<double>(tiles),
        std::max(1.0, fmas / kFmasPerThread)}));

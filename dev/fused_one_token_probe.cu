@@ -1,4 +1,6 @@
-// Probe (not shipped, written for issue 17 on 2026-12-01; not yet run on a GPU): how fast can the
+// Probe (written for issue 17 on 2026-12-01 and run that day: docs/experiments.md, 17:24 UTC). Its
+// kernel became src/cuda/fused_fp32_one_token.cu, which is the one to change; this file keeps the
+// variants the probe compared (G, tokens) as the record of that experiment. How fast can the
 // founding projection run at one to four tokens with a short chain? cuda-fused's streaming
 // configuration takes 4.57 us at T=1 (two blocks; after its one round trip, partials through
 // shared memory, barriers, a 16-way and an 8-way sum), while dev/founding_chain_probe.cu reads

@@ -48,10 +48,13 @@ constexpr int64_t kDecodeTcMaxTokens = 8;
 // (2.4 + 4.2 MB), windows / tiles, us: whole path T=48 14.2 / 20.3, T=64 16.3 / 24.5, stage B
 // alone T=64 7.95 / 12.9, first stage T=32 7.40 / 7.71 (T=64 10.3 / 9.79).
 constexpr int64_t kMlaDecodeSmallWeightBytes = int64_t{8} << 20;
+// Bytes of [q_a_weight; kv_a_weight] (stage A's weights).
+inline int64_t mla_stage_a_weight_bytes(const MlaProblem& p) {
+  return (p.q_rank + p.cache_width()) * p.model_dim * element_size(p.dtype);
+}
 inline bool mla_decode_token_windows(const MlaProblem& p) {
-  const int64_t eb = element_size(p.dtype);
-  const int64_t stage_a = (p.q_rank + p.cache_width()) * p.model_dim * eb;
-  const int64_t stage_b = p.kv_b_rows() * p.kv_rank * eb;
+  const int64_t stage_a = mla_stage_a_weight_bytes(p);
+  const int64_t stage_b = p.kv_b_rows() * p.kv_rank * element_size(p.dtype);
   return (p.stage == MlaStage::kSecond || stage_a <= kMlaDecodeSmallWeightBytes) &&
          (p.stage == MlaStage::kFirst || stage_b <= kMlaDecodeSmallWeightBytes);
 }
@@ -69,9 +72,9 @@ inline bool cuda_mla_decode_preferred(const MlaProblem& p) {
   if (p.tokens() <= kMlaDecodeMaxTokens) return true;
   if (!mla_decode_token_windows(p)) return false;
   if (p.stage != MlaStage::kFirst) return p.tokens() <= kMlaDecodeWindowsMaxTokens;
-  const int64_t weights = (p.q_rank + p.cache_width()) * p.model_dim * element_size(p.dtype);
-  const int64_t bound = weights <= kMlaDecodeFirstWideWeightBytes ? kMlaDecodeWindowsMaxTokens
-                                                                  : kMlaDecodeWindowsFirstMaxTokens;
+  const int64_t bound = mla_stage_a_weight_bytes(p) <= kMlaDecodeFirstWideWeightBytes
+                            ? kMlaDecodeWindowsMaxTokens
+                            : kMlaDecodeWindowsFirstMaxTokens;
   return p.tokens() <= bound;
 }
 inline bool cuda_mla_gemm_preferred(const MlaProblem& p) { return !cuda_mla_decode_preferred(p); }

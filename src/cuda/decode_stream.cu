@@ -252,8 +252,7 @@ __device__ __forceinline__ void project_up_tile(const DecodeParams<T>& p, int ti
 #pragma unroll
       for (int g = 0; g < kWarps; ++g) sum += reduce[g][i / kCols][i % kCols];
       const int kv = j >= N, n = j - kv * N;
-      p.out[kv * p.out_stride_kv + token_offset(t, p.seq, p.out_stride_batch, p.out_stride_seq) +
-            (n / p.head_dim) * p.out_stride_head + n % p.head_dim] = from_float<T>(sum);
+      p.out[out_offset(p, kv, t, n)] = from_float<T>(sum);
     }
     __syncthreads();
   }

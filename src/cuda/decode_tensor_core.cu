@@ -436,9 +436,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int j = threadIdx.x; j < p.tokens * kCols; j += kThreads) {
       const int t = j / kCols, n = col0 + j % kCols;
       if (n >= p.kv_width) continue;
-      p.out[kv * p.out_stride_kv + token_offset(t, p.seq, p.out_stride_batch, p.out_stride_seq) +
-            (n / p.head_dim) * p.out_stride_head + n % p.head_dim] =
-          from_float<E>(sum[t * (kCols + kSumPad) + j % kCols]);
+      p.out[out_offset(p, kv, t, n)] = from_float<E>(sum[t * (kCols + kSumPad) + j % kCols]);
     }
     __syncthreads();  // sum is rewritten by the next tile
   }

@@ -145,12 +145,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   float sum = 0.f;
 #pragma unroll
   for (int s = 0; s < kSlices; ++s) sum += up_partial[t][s][c];
-  const bool v_out = j >= n_cols;
-  const int jn = v_out ? j - n_cols : j;
-  const int head = jn / p.head_dim, e = jn - head * p.head_dim;
-  p.out[(v_out ? p.out_stride_kv : 0) +
-        token_offset(t, p.seq, p.out_stride_batch, p.out_stride_seq) +
-        int64_t{head} * p.out_stride_head + e] = sum;
+  const int kv = j >= n_cols;
+  p.out[out_offset(p, kv, t, j - kv * n_cols)] = sum;
 }
 
 }  // namespace

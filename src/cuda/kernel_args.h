@@ -21,6 +21,14 @@ struct ActivationParams {
   int tokens, seq, model_dim, rank, head_dim, kv_width;  // T, S, D, R, Dh, N
 };
 
+// out's element offset of token t's column n of K (kv = 0) or V (kv = 1), n < N: head n / Dh,
+// element n % Dh.
+template <typename T>
+LATENTKV_HD int64_t out_offset(const ActivationParams<T>& p, int kv, int t, int n) {
+  return kv * p.out_stride_kv + token_offset(t, p.seq, p.out_stride_batch, p.out_stride_seq) +
+         int64_t{n / p.head_dim} * p.out_stride_head + n % p.head_dim;
+}
+
 template <typename T>
 struct WeightParams {
   const T* w_down;  // [D, R], row stride w_down_stride

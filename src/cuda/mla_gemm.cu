@@ -65,8 +65,7 @@ int64_t ckv_ld(int64_t q_rank, const MlaProblem& p) {
 // Bytes of the workspace's regions before the scratch, from its first 256-byte boundary.
 struct WorkspaceLayout {
   int64_t ckv_ld = 0;        // float32 elements per ckv row
-  int64_t ckv_splits = 1;    // planes of ckv: stage A's slices of D
-  int64_t ckv_bytes = 0;     // [ckv_splits, T, ckv_ld] float32, rounded up to 256; 0: no stage A
+  int64_t ckv_bytes = 0;     // [splits, T, ckv_ld] float32, rounded up to 256; 0: no stage A
   int64_t latent_bytes = 0;  // [T, R] in the dtype; 0 where stage B does not read it there
   int64_t used() const { return ckv_bytes + latent_bytes; }
 };
@@ -75,8 +74,9 @@ WorkspaceLayout workspace_layout(const MlaProblem& p, int64_t q_rank, bool laten
   WorkspaceLayout w;
   if (runs_first(p)) {
     w.ckv_ld = ckv_ld(q_rank, p);
-    w.ckv_splits = mla_gemm_stage_a_splits(p.tokens(), p.model_dim, q_rank);
-    w.ckv_bytes = lt::align_up(w.ckv_splits * p.tokens() * w.ckv_ld * 4, kRegionAlignment);
+    // The most planes a call of the problem can run (stage_a_splits: rows that fold).
+    const int64_t splits = mla_gemm_stage_a_splits(p.tokens(), p.model_dim, q_rank);
+    w.ckv_bytes = lt::align_up(splits * p.tokens() * w.ckv_ld * 4, kRegionAlignment);
   }
   if (latent) {
     w.latent_bytes =

@@ -335,14 +335,17 @@ std::vector<MlaNamedCase> mla_path_sweep_cases() {
   return cases;
 }
 
+MlaProblem mla_edge_problem(const MlaEdge& e) {
+  MlaProblem p = mla_shape(e.d, e.q_rank, e.r, e.dr, e.h, e.dn, e.dv);
+  p.batch = e.b;
+  p.seq = e.s;
+  return p;
+}
+
 std::vector<MlaNamedCase> mla_edge_cases() {
-  struct Edge {
-    const char* name;
-    int64_t b, s, d, q_rank, r, dr, h, dn, dv;
-  };
   // cpu-mla's work item is 16 tokens and its register tile 4 tokens x 2 weight rows over 8-wide
   // vectors: the shapes cross each of them by one.
-  const Edge edges[] = {
+  const MlaEdge edges[] = {
       {"one-token", 1, 1, 16, 0, 8, 4, 1, 4, 4},
       {"odd-heads-odd-rank", 2, 3, 40, 0, 21, 8, 3, 6, 6},
       {"rope32-q-a", 1, 5, 64, 24, 32, 32, 2, 16, 8},
@@ -353,10 +356,8 @@ std::vector<MlaNamedCase> mla_edge_cases() {
       {"v3-like", 1, 33, 96, 48, 64, 64, 3, 32, 16},
   };
   std::vector<MlaNamedCase> cases;
-  for (const Edge& e : edges) {
-    MlaProblem p = mla_shape(e.d, e.q_rank, e.r, e.dr, e.h, e.dn, e.dv);
-    p.batch = e.b;
-    p.seq = e.s;
+  for (const MlaEdge& e : edges) {
+    MlaProblem p = mla_edge_problem(e);
     p.dtype = DType::kFloat32;
     cases.push_back({e.name, p});
   }

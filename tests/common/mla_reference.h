@@ -92,6 +92,14 @@ std::vector<int64_t> deinterleave_permutation(int64_t rope_dim);
 MlaProblem mla_shape(int64_t d, int64_t q_rank, int64_t r, int64_t dr, int64_t h, int64_t dn,
                      int64_t dv);
 
+// A named shape of the tests' edge tables: B, S and mla_shape's dimensions.
+struct MlaEdge {
+  const char* name;
+  int64_t b, s, d, q_rank, r, dr, h, dn, dv;
+};
+// mla_shape(d, q_rank, r, dr, h, dn, dv) with batch b and seq s.
+MlaProblem mla_edge_problem(const MlaEdge& e);
+
 struct MlaNamedCase {
   std::string name;
   MlaProblem problem;  // batch = seq = 1: callers set the tokens

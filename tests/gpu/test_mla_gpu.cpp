@@ -692,11 +692,7 @@ std::vector<MlaCase> decode_cases() {
           8));
     }
   }
-  struct Edge {
-    const char* name;
-    int64_t b, s, d, q_rank, r, dr, h, dn, dv;
-  };
-  const Edge edges[] = {
+  const MlaEdge edges[] = {
       {"dec-one-token", 1, 1, 64, 0, 8, 4, 1, 8, 8},
       {"dec-one-token-q", 1, 1, 128, 16, 64, 64, 1, 32, 32},
       {"dec-15-chunks", 3, 5, 1000, 0, 24, 32, 5, 8, 16},
@@ -709,14 +705,8 @@ std::vector<MlaCase> decode_cases() {
       {"dec-ring-tiles", 1, 3, 64, 0, 264, 64, 160, 120, 132},
       {"dec-ring-16", 2, 8, 64, 0, 512, 64, 136, 128, 128},
   };
-  auto edge_problem = [](const Edge& e) {
-    MlaProblem p = mla_shape(e.d, e.q_rank, e.r, e.dr, e.h, e.dn, e.dv);
-    p.batch = e.b;
-    p.seq = e.s;
-    return p;
-  };
-  for (const Edge& e : edges) {
-    const MlaProblem p = edge_problem(e);
+  for (const MlaEdge& e : edges) {
+    const MlaProblem p = mla_edge_problem(e);
     for (DType dt : kHalfTypes) {
       MlaCase both = decode({e.name, with(p, dt, MlaStage::kBoth, RopeStyle::kInterleave),
                              RopeForm::kPositions, CacheMode::kPaged},
@@ -809,7 +799,7 @@ std::vector<MlaCase> decode_cases() {
                             RopeForm::kPositions, CacheMode::kPaged},
                            0));
   }
-  const Edge fold_edges[] = {
+  const MlaEdge fold_edges[] = {
       {"fold-rope2", 1, 1, 264, 0, 40, 2, 2, 8, 8},
       {"fold-rope128", 1, 1, 264, 0, 96, 128, 3, 16, 24},
       {"fold-16-chunks", 1, 1, 4096, 0, 64, 16, 2, 16, 16},
@@ -817,15 +807,16 @@ std::vector<MlaCase> decode_cases() {
       {"fold-past-768-rows", 1, 1, 256, 0, 712, 64, 2, 16, 16},
       {"fold-ring", 1, 1, 1280, 0, 264, 64, 160, 120, 132},
   };
-  for (const Edge& e : fold_edges) {
-    const MlaProblem p = edge_problem(e);
-    if (e.name == std::string("fold-rope2") || e.name == std::string("fold-ring")) {
-      MlaCase c = decode({e.name, with(p, DType::kFloat16, MlaStage::kBoth, RopeStyle::kNeox),
-                          RopeForm::kPositions, CacheMode::kPaged},
-                         0);
-      c.out_pad = 1;  // scalar stores in the fold and in the ring
-      cases.push_back(c);
-    }
+  for (const MlaEdge& e : {fold_edges[0], fold_edges[5]}) {  // the fold and the ring
+    MlaCase c = decode({e.name, with(mla_edge_problem(e), DType::kFloat16, MlaStage::kBoth,
+                                     RopeStyle::kNeox),
+                        RopeForm::kPositions, CacheMode::kPaged},
+                       0);
+    c.out_pad = 1;  // scalar stores
+    cases.push_back(c);
+  }
+  for (const MlaEdge& e : fold_edges) {
+    const MlaProblem p = mla_edge_problem(e);
     for (DType dt : kHalfTypes) {
       MlaCase c = decode({e.name, with(p, dt, MlaStage::kBoth, RopeStyle::kNeox),
                           RopeForm::kPositions, CacheMode::kPaged},

@@ -131,11 +131,13 @@ inline bool mla_decode_whole_rows(int partial_trips) {
 // GEMM (no split-K reduction kernel: the epilogue sums the partial products in slice order), where
 // T <= kMlaGemmSplitMaxTokens and D splits into at least two whole kMlaGemmSplitDepth-column
 // slices (at most kMlaGemmMaxSplits); else one GEMM (cuBLASLt's own split-K where it takes it).
-// Same H200 call (19:54 UTC), slices / one GEMM, us: V3 whole path (7 slices) T=17 25.5 / 26.7,
-// T=64 27.1 / 28.5, T=128 29.8 / 31.1, T=256 34.7 / 35.5, first stage T=64 11.4 / 12.7; V2-Lite
-// (2 slices) whole T=65 17.1 / 17.7, T=256 18.7 / 18.9. With q_a (2112 columns) it lost: V3
-// q_a + kv first stage T=32 22.9 / 20.3.
-constexpr int64_t kMlaGemmSplitMaxTokens = 256;
+// Same H200 call (2026-12-01 19:54 UTC), slices / one GEMM, us: V3 whole path (7 slices) T=17
+// 25.5 / 26.7, T=64 27.1 / 28.5, T=128 29.8 / 31.1, T=256 34.7 / 35.5, first stage T=64 11.4 /
+// 12.7; V2-Lite (2 slices) whole T=65 17.1 / 17.7, T=256 18.7 / 18.9. 21:41 UTC: T=384 V3 44.7 /
+// 46.7, V2-Lite 19.3 / 20.4; T=512 V3 54.1 / 56.4, V2-Lite 22.05 / 22.3; 21:31 UTC: T=1024 V3
+// 93.2 / 90.9, V2-Lite 27.3 / 26.0. With q_a (2112 columns) it lost: V3 q_a + kv first stage
+// T=32 22.9 / 20.3.
+constexpr int64_t kMlaGemmSplitMaxTokens = 512;
 constexpr int64_t kMlaGemmSplitDepth = 1024;
 constexpr int64_t kMlaGemmMaxSplits = 8;
 inline int64_t mla_gemm_stage_a_splits(int64_t tokens, int64_t model_dim, int64_t q_rows) {

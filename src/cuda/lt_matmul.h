@@ -37,6 +37,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_facts.h"
+#include "cuda/stream_branches.h"
 #include "latentkv/latentkv.h"
 
 namespace latentkv::detail::lt {
@@ -79,12 +80,13 @@ inline void destroy(Plan& plan) {
 }
 
 // One handle pair per device, created on first use. Calls on it are serialized by `mutex` (held
-// for a whole run(): cublasSetStream/cublasSetWorkspace, the plan cache and the GEMMs of one call
-// must not interleave with another thread's).
+// for a whole run(): cublasSetStream/cublasSetWorkspace, the plan cache, the stream branches and
+// the GEMMs of one call must not interleave with another thread's).
 struct DeviceHandle {
   cublasHandle_t handle = nullptr;
   cublasLtHandle_t lt = nullptr;
   std::deque<Plan> plans;
+  std::deque<StreamBranch> branches;  // one per caller stream (stream_branches.h)
   Status status;
   std::mutex mutex;
 };

@@ -14,11 +14,14 @@
 //            place: no concat, no K- or V-sized temporary. c comes from a dense cache's rows, the
 //            workspace (written by the epilogue, or gathered from a paged cache) or args.latent.
 //            Where the tokens' rows do not fold into one matrix (batch stride != S * seq stride),
-//            the smaller of B and H is looped over and the other batched.
+//            the smaller of B and H is looped over and the other batched. The V GEMM runs on a
+//            branch forked from the caller's stream (stream_branches.h), beside the K GEMM on the
+//            caller's stream: neither fills the GPU at few tokens nor hides its tail at many.
 //
 // The workspace, from its first 256-byte boundary: ckv (a plane per slice of D), then (at 256
-// bytes) c [T, R] in the
-// dtype where stage B needs it there, then cuBLAS's scratch (lt_matmul.h), which is optional.
+// bytes) c [T, R] in the dtype where stage B needs it there, then cuBLAS's scratch (lt_matmul.h),
+// which is optional; only the K GEMM gets it (two GEMMs at once must not share it), the V GEMM
+// runs the algorithms that need none.
 // A token whose slot is skipped (padding, or past the cache) while stage B gathers from a paged
 // cache gets c = 0, so its K and V rows are written as zeros (mla.h): a GEMM writes every row.
 #include <cuda_runtime.h>
@@ -317,12 +320,28 @@ Status run_mla_cuda_gemm(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   const int64_t eb = element_size(p.dtype);
   const char* kv_b = static_cast<const char*>(a.kv_b_weight);
   const int64_t ldw = a.kv_b_weight_stride_row;
-  LATENTKV_RETURN_IF_ERROR(
-      head_gemms(ctx, p, c, c_rows, kv_b, ldw, p.nope_dim, static_cast<char*>(a.k),
-                 token_rows(p, a.k_stride_batch, a.k_stride_seq, p.nope_dim), a.k_stride_head));
-  return head_gemms(ctx, p, c, c_rows, kv_b + p.nope_dim * ldw * eb, ldw, p.v_dim,
-                    static_cast<char*>(a.v),
-                    token_rows(p, a.v_stride_batch, a.v_stride_seq, p.v_dim), a.v_stride_head);
+  auto k_gemm = [&](const lt::Context& on) {
+    return head_gemms(on, p, c, c_rows, kv_b, ldw, p.nope_dim, static_cast<char*>(a.k),
+                      token_rows(p, a.k_stride_batch, a.k_stride_seq, p.nope_dim),
+                      a.k_stride_head);
+  };
+  auto v_gemm = [&](const lt::Context& on) {
+    return head_gemms(on, p, c, c_rows, kv_b + p.nope_dim * ldw * eb, ldw, p.v_dim,
+                      static_cast<char*>(a.v),
+                      token_rows(p, a.v_stride_batch, a.v_stride_seq, p.v_dim), a.v_stride_head);
+  };
+
+  const StreamBranch* branch = nullptr;
+  LATENTKV_RETURN_IF_ERROR(stream_branch(h->branches, stream, &branch));
+  if (branch == nullptr) {  // past kMaxStreamBranches caller streams: in order
+    LATENTKV_RETURN_IF_ERROR(k_gemm(ctx));
+    return v_gemm(ctx);
+  }
+  Status s = branch->fork();
+  if (s.ok()) s = k_gemm(ctx);
+  if (s.ok()) s = v_gemm({*h, branch->stream, nullptr, 0});
+  const Status joined = branch->join();
+  return s.ok() ? joined : s;
 }
 
 }  // namespace latentkv::detail

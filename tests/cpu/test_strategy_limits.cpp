@@ -201,8 +201,8 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(64), 2);
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 7168, 0), 7);  // V3: 7 slices of 1024
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 7168, 1536), 1);  // with q_a: one GEMM
-  EXPECT_EQ(detail::mla_gemm_stage_a_splits(256, 2048, 0), 2);
-  EXPECT_EQ(detail::mla_gemm_stage_a_splits(257, 7168, 0), 1);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(512, 2048, 0), 2);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(513, 7168, 0), 1);
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 1024, 0), 1);
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 3000, 0), 1);
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 9 * 1024, 0), 1);

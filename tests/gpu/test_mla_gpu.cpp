@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/stream_branches.h"
 #include "cuda/tile_sizes.h"
 #include "heuristics.h"
 #include "mla_reference.h"
@@ -906,6 +907,13 @@ TEST(MlaGpu, RunsOnAUserStream) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   for (DType dt : kDTypes) check_case(stream_case(dt), stream);
   cudaStreamDestroy(stream);
+  // The highest priority (stage B's branch takes the caller's) and the per-thread default stream.
+  int lowest = 0, highest = 0;
+  ASSERT_EQ(cudaDeviceGetStreamPriorityRange(&lowest, &highest), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, highest), cudaSuccess);
+  check_case(stream_case(DType::kBFloat16), stream);
+  cudaStreamDestroy(stream);
+  check_case(stream_case(DType::kFloat16), cudaStreamPerThread);
 }
 
 // Captured into a CUDA graph (global capture mode: no allocation or synchronization inside run())
@@ -928,6 +936,19 @@ TEST(MlaGpu, CapturesIntoACudaGraph) {
     }
   }
   cudaStreamDestroy(stream);
+}
+
+// Each caller stream gets its own branch for stage B's V GEMM (stream_branches.h) up to
+// kMaxStreamBranches; calls on streams past that run the two GEMMs in order on the caller's
+// stream, with the same results.
+TEST(MlaGpu, StreamsPastTheBranchLimitRunInOrder) {
+  SKIP_WITHOUT_CUDA_MLA();
+  std::vector<cudaStream_t> streams(detail::kMaxStreamBranches + 2);
+  for (cudaStream_t& stream : streams) {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  }
+  for (cudaStream_t stream : streams) check_case(stream_case(DType::kBFloat16), stream);
+  for (cudaStream_t stream : streams) cudaStreamDestroy(stream);
 }
 
 // Too small a workspace is refused naming args.workspace_bytes, and the refused call writes

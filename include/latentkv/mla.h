@@ -12,7 +12,10 @@
 //
 // kBoth runs A then B in one call. Same contract as the projection (latentkv.h): check() names the
 // argument and its value; a refused call writes nothing; run() allocates nothing, never
-// synchronizes, runs on options.stream and is graph-capturable. Arithmetic: float32 accumulation,
+// synchronizes, runs on options.stream and is graph-capturable (cuda-mla-gemm runs stage B's V
+// GEMM on a stream it forks from options.stream and joins back into it before run() returns: one
+// such stream per caller stream, made on first use, at the caller's priority; a graph captured
+// from options.stream holds the two GEMMs as parallel branches). Arithmetic: float32 accumulation,
 // norm and RoPE in float32, each output rounded once to the problem's dtype; c enters stage B
 // rounded to the dtype, as the unfused model code does.
 //

@@ -14,10 +14,10 @@
 // argument and its value; a refused call writes nothing; run() allocates nothing, never
 // synchronizes, runs on options.stream and is graph-capturable (cuda-mla-gemm runs stage B's V
 // GEMM on a stream it forks from options.stream and joins back into it before run() returns: one
-// such stream per caller stream, made on first use, at the caller's priority; a graph captured
-// from options.stream holds the two GEMMs as parallel branches). Arithmetic: float32 accumulation,
-// norm and RoPE in float32, each output rounded once to the problem's dtype; c enters stage B
-// rounded to the dtype, as the unfused model code does.
+// such stream per caller stream (per thread for cudaStreamPerThread), made on first use, at the
+// caller's priority; a graph captured from options.stream holds the two GEMMs as parallel
+// branches). Arithmetic: float32 accumulation, norm and RoPE in float32, each output rounded once
+// to the problem's dtype; c enters stage B rounded to the dtype, as the unfused model code does.
 //
 // check() asks for every dimension of the layer (D, R, dr even, H, dn, dv positive; Rq >= 0) in
 // every stage, also those the stage does not use, so one MlaProblem describes the layer. A call

@@ -7,7 +7,8 @@
 // caller's.
 //
 // One branch per caller stream: a stream under capture must not share its branch with another
-// caller's work, since a branch stays in the capture until it ends. Branches are made on first
+// caller's work, since a branch stays in the capture until it ends. cudaStreamPerThread is one
+// handle for a stream per host thread, so its branches are per thread too. Branches are made on first
 // use, under the device handle's mutex (lt_matmul.h), and kept for the process; past
 // kMaxStreamBranches caller streams a call runs its parts in order on the caller's stream.
 #pragma once
@@ -15,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <deque>
+#include <thread>
 
 #include "cuda/cuda_check.h"
 #include "latentkv/latentkv.h"
@@ -26,6 +28,7 @@ constexpr size_t kMaxStreamBranches = 64;
 
 struct StreamBranch {
   Stream caller = nullptr;
+  std::thread::id thread;  // the thread whose cudaStreamPerThread `caller` is; else unset
   cudaStream_t stream = nullptr;
   cudaEvent_t forked = nullptr, joined = nullptr;
 
@@ -49,8 +52,10 @@ struct StreamBranch {
 inline Status stream_branch(std::deque<StreamBranch>& branches, Stream caller,
                             const StreamBranch** out) {
   *out = nullptr;
+  const std::thread::id thread =
+      caller == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id();
   for (const StreamBranch& b : branches) {
-    if (b.caller == caller) {
+    if (b.caller == caller && b.thread == thread) {
       *out = &b;
       return Status::Ok();
     }
@@ -66,6 +71,7 @@ inline Status stream_branch(std::deque<StreamBranch>& branches, Stream caller,
   }
   StreamBranch b;
   b.caller = caller;
+  b.thread = thread;
   Status s = cuda_status(cudaStreamCreateWithPriority(&b.stream, cudaStreamNonBlocking, priority),
                          "cudaStreamCreateWithPriority");
   if (s.ok()) {

@@ -25,6 +25,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -949,6 +950,16 @@ TEST(MlaGpu, StreamsPastTheBranchLimitRunInOrder) {
   }
   for (cudaStream_t stream : streams) check_case(stream_case(DType::kBFloat16), stream);
   for (cudaStream_t stream : streams) cudaStreamDestroy(stream);
+}
+
+// cudaStreamPerThread is one handle for a stream per host thread: two threads calling on theirs at
+// once each get their own branch for stage B (stream_branches.h), with the right results.
+TEST(MlaGpu, PerThreadDefaultStreamsOfTwoThreads) {
+  SKIP_WITHOUT_CUDA_MLA();
+  std::thread first([] { check_case(stream_case(DType::kBFloat16), cudaStreamPerThread); });
+  std::thread second([] { check_case(stream_case(DType::kFloat16), cudaStreamPerThread); });
+  first.join();
+  second.join();
 }
 
 // Too small a workspace is refused naming args.workspace_bytes, and the refused call writes

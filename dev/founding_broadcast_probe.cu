@@ -1,0 +1,273 @@
+// Probe (not shipped, written for issue 17 on 2026-12-01; not yet run on a GPU): what does it cost
+// to get the founding case's weights into every block, before any math? cuda-fused's streaming
+// grid at the founding case (T=384: 96 token tiles x 2 column halves = 192 blocks) reads the 96 KB
+// of weights (w_down [256, 48], [w_up_k | w_up_v] [48, 256], float32) from L2 in every block, all
+// blocks in the same order at the same time; copying them into shared memory at kernel start
+// instead was slower (6.92 against 6.09 us), and one block per 4-token tile staging all 96 KB took
+// 8.8 us (experiments.md). Candidates: the L2 slices serving one line to ~100 SMs at once (same
+// address, same moment), which a per-block starting offset would spread, or the bytes per SM, which
+// only sharing across a cluster (TMA multicast) reduces. Each variant does no math: it loads what a
+// founding call's block needs (its hidden tile and the weights), folds the values into one float
+// per thread and writes the block's output tile [tokens, 256] (the call's stores), timed like
+// latentkv-bench (a CUDA graph over input sets rotated past the L2, median of 21 replays):
+//   empty         the launch floor, G blocks of 256 threads
+//   l2            weights from L2 into registers, every block in the same order (the streaming
+//                 kernel's traffic without its load batches and reductions)
+//   l2-stagger    the same, each block starting its walk at its own offset
+//   smem          weights copied into shared memory by cp.async, same order (the prefetch path)
+//   smem-stagger  the same, staggered
+//   multicast-C   clusters of C blocks; block r bulk-copies its 1/C of the weights into the
+//                 shared memory of all C (cp.async.bulk .multicast::cluster, one mbarrier a
+//                 block): each weight byte leaves L2 once per cluster
+// for G = 96, 128, 192 blocks (4, 3, 2 tokens each). Every variant's fold is checked on constant
+// inputs (each value 1): a block that missed a byte reads a wrong sum.
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a dev/founding_broadcast_probe.cu \
+//        -o founding_broadcast_probe
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "probe_timing.h"
+
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 256;
+constexpr int kTokens = 384;   // the founding case: B=4, S=96
+constexpr int kDim = 256;      // D, and also 2N (the output row)
+constexpr int kWeightFloats = 256 * 48 + 48 * 256;  // w_down, then [w_up_k | w_up_v]
+constexpr int kWeightVectors = kWeightFloats / 4;
+constexpr int kWeightBytes = kWeightFloats * 4;     // 96 KB
+constexpr int kHiddenFloats = kTokens * kDim;
+constexpr int kSetFloats = kWeightFloats + kHiddenFloats;  // weights first, then hidden [T, D]
+
+enum class Walk { kSame, kStagger };
+
+// Weight vector j of a block's walk: the same order everywhere, or rotated by a per-block offset
+// (a prime stride, so neighbouring blocks start on different lines and L2 slices).
+template <Walk kWalk>
+__device__ __forceinline__ int walk(int j) {
+  return kWalk == Walk::kSame ? j : (j + static_cast<int>(blockIdx.x) * 97) % kWeightVectors;
+}
+
+// The block's hidden tile [tokens, D] folded into acc, then its output tile [tokens, 2N] written.
+__device__ __forceinline__ float fold_hidden(const float* set, int tokens, float acc) {
+  const float* hidden = set + kWeightFloats + static_cast<int64_t>(blockIdx.x) * tokens * kDim;
+  for (int i = threadIdx.x; i < tokens * kDim; i += kThreads) acc += hidden[i];
+  return acc;
+}
+__device__ __forceinline__ void write_tile(float* out, int tokens, float acc) {
+  float* tile = out + static_cast<int64_t>(blockIdx.x) * tokens * kDim;
+  for (int i = threadIdx.x; i < tokens * kDim; i += kThreads) tile[i] = acc;
+}
+
+__global__ void empty_kernel() {}
+
+template <Walk kWalk>
+__global__ void __launch_bounds__(kThreads) l2_kernel(const float* set, float* out, int tokens) {
+  constexpr int kPer = (kWeightVectors + kThreads - 1) / kThreads;  // 24
+  const float4* w = reinterpret_cast<const float4*>(set);
+  float4 v[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int j = threadIdx.x + k * kThreads;
+    v[k] = j < kWeightVectors ? w[walk<kWalk>(j)] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  float acc = fold_hidden(set, tokens, 0.f);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) acc += v[k].x + v[k].y + v[k].z + v[k].w;
+  write_tile(out, tokens, acc);
+}
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+template <Walk kWalk>
+__global__ void __launch_bounds__(kThreads) smem_kernel(const float* set, float* out, int tokens) {
+  extern __shared__ float4 staged[];  // [kWeightVectors]
+  const float4* w = reinterpret_cast<const float4*>(set);
+  for (int j = threadIdx.x; j < kWeightVectors; j += kThreads) {
+    const int i = walk<kWalk>(j);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_address(staged + i)),
+                 "l"(w + i));
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+  float acc = fold_hidden(set, tokens, 0.f);
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  __syncthreads();
+  for (int j = threadIdx.x; j < kWeightVectors; j += kThreads) {
+    const float4 x = staged[j];
+    acc += x.x + x.y + x.z + x.w;
+  }
+  write_tile(out, tokens, acc);
+}
+
+// Clusters of kCluster blocks along x. Block r copies bytes [r, r + 1) / kCluster of the weights
+// into the same offset of every block's shared memory; each block's mbarrier expects all 96 KB.
+template <int kCluster>
+__global__ void __launch_bounds__(kThreads)
+    multicast_kernel(const float* set, float* out, int tokens) {
+  extern __shared__ __align__(128) float4 staged_mc[];  // [kWeightVectors]
+  __shared__ __align__(8) uint64_t bar;
+  cg::cluster_group cluster = cg::this_cluster();
+  const uint32_t bar_addr = smem_address(&bar);
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar_addr));
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  cluster.sync();  // every block's barrier initialized before any copy signals it
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar_addr),
+                 "r"(kWeightBytes));
+    constexpr int kShare = kWeightBytes / kCluster;  // bytes this block fetches
+    constexpr int kChunk = 8192;                     // per bulk copy
+    static_assert(kShare % 16 == 0, "whole 16-byte units");
+    const uint16_t mask = static_cast<uint16_t>((1u << kCluster) - 1);
+    const int begin = static_cast<int>(cluster.block_rank()) * kShare;
+    const char* src = reinterpret_cast<const char*>(set);
+    const char* dst = reinterpret_cast<const char*>(staged_mc);
+    for (int off = begin; off < begin + kShare; off += kChunk) {
+      const int bytes = min(kChunk, begin + kShare - off);
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+          " [%0], [%1], %2, [%3], %4;\n" ::"r"(smem_address(dst + off)),
+          "l"(src + off), "r"(bytes), "r"(bar_addr), "h"(mask)
+          : "memory");
+    }
+  }
+  float acc = fold_hidden(set, tokens, 0.f);
+  asm volatile(
+      "{\n .reg .pred p;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
+      " @!p bra WAIT;\n}\n" ::"r"(bar_addr)
+      : "memory");
+  for (int j = threadIdx.x; j < kWeightVectors; j += kThreads) {
+    const float4 x = staged_mc[j];
+    acc += x.x + x.y + x.z + x.w;
+  }
+  write_tile(out, tokens, acc);
+  cluster.sync();  // no block leaves while a copy it issued may still be landing in another
+}
+
+__global__ void fill_ones(float* p, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    p[i] = 1.f;
+  }
+}
+
+}  // namespace
+
+int main() {
+  // Sets rotated past the L2 (60 MiB on an H200): 3x the L2 of 480 KB sets.
+  constexpr int kSets = 384;
+  const size_t set_floats = kSetFloats;
+  float* sets = nullptr;
+  CK(cudaMalloc(&sets, kSets * set_floats * sizeof(float)));
+  fill_ones<<<1024, 256>>>(sets, static_cast<int64_t>(kSets * set_floats));
+  float* out = nullptr;
+  CK(cudaMalloc(&out, size_t{kTokens} * kDim * sizeof(float)));
+  cudaStream_t stream;
+  CK(cudaStreamCreate(&stream));
+  CK(cudaFuncSetAttribute(smem_kernel<Walk::kSame>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          kWeightBytes));
+  CK(cudaFuncSetAttribute(smem_kernel<Walk::kStagger>,
+                          cudaFuncAttributeMaxDynamicSharedMemorySize, kWeightBytes));
+  CK(cudaFuncSetAttribute(multicast_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          kWeightBytes));
+  CK(cudaFuncSetAttribute(multicast_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          kWeightBytes));
+  CK(cudaFuncSetAttribute(multicast_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          kWeightBytes));
+  CK(cudaDeviceSynchronize());
+
+  // Every input value is 1, so every output element of the grid must equal its thread's count.
+  auto check = [&](const char* name, int blocks, int tokens) -> int {
+    std::vector<float> host(static_cast<size_t>(kTokens) * kDim);
+    CK(cudaMemcpy(host.data(), out, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    // Thread t of a block folded kWeightFloats / kThreads weights (24 vectors: 96 floats) and
+    // tokens * kDim / kThreads hidden values, and wrote that sum to tokens * kDim / kThreads
+    // elements; so every output element equals 96 + tokens (kDim = kThreads).
+    const float expect = static_cast<float>(kWeightFloats / kThreads + tokens * kDim / kThreads);
+    for (int b = 0; b < blocks; ++b) {
+      for (int i = 0; i < tokens * kDim; ++i) {
+        const float got = host[static_cast<size_t>(b) * tokens * kDim + i];
+        if (got != expect) {
+          printf("%s G=%d: block %d element %d = %g, expected %g\n", name, blocks, b, i, got,
+                 expect);
+          return 1;
+        }
+      }
+    }
+    return 0;
+  };
+  auto measure = [&](const char* name, int blocks, int tokens, auto launch) -> int {
+    launch(sets);  // one call on set 0, checked
+    CK(cudaStreamSynchronize(stream));
+    CK(cudaGetLastError());
+    if (name[0] != 'e' && check(name, blocks, tokens)) return 1;
+    float fresh = 0, reused = 0;
+    if (graph_us_per_call(stream, kSets, [&](int c) { launch(sets + size_t(c) * set_floats); },
+                          &fresh) ||
+        graph_us_per_call(stream, 64, [&](int) { launch(sets); }, &reused)) {
+      return 1;
+    }
+    printf("G=%3d %-14s fresh %6.2f us   one set %6.2f us\n", blocks, name, fresh, reused);
+    return 0;
+  };
+
+  printf("founding T=%d: %d KB of weights and %d KB of hidden a set, %d sets\n", kTokens,
+         kWeightBytes / 1024, kHiddenFloats * 4 / 1024, kSets);
+  for (int blocks : {96, 128, 192}) {
+    const int tokens = kTokens / blocks;
+    auto empty = [&](const float*) { empty_kernel<<<blocks, kThreads, 0, stream>>>(); };
+    auto l2 = [&](const float* s) {
+      l2_kernel<Walk::kSame><<<blocks, kThreads, 0, stream>>>(s, out, tokens);
+    };
+    auto l2s = [&](const float* s) {
+      l2_kernel<Walk::kStagger><<<blocks, kThreads, 0, stream>>>(s, out, tokens);
+    };
+    auto sm = [&](const float* s) {
+      smem_kernel<Walk::kSame><<<blocks, kThreads, kWeightBytes, stream>>>(s, out, tokens);
+    };
+    auto sms = [&](const float* s) {
+      smem_kernel<Walk::kStagger><<<blocks, kThreads, kWeightBytes, stream>>>(s, out, tokens);
+    };
+    if (measure("empty", blocks, tokens, empty) || measure("l2", blocks, tokens, l2) ||
+        measure("l2-stagger", blocks, tokens, l2s) || measure("smem", blocks, tokens, sm) ||
+        measure("smem-stagger", blocks, tokens, sms)) {
+      return 1;
+    }
+    // Cluster sizes that divide the grid, launched with a cluster attribute.
+    auto multicast = [&](auto kernel, int cluster) {
+      return [&, kernel, cluster](const float* s) {
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(blocks);
+        config.blockDim = dim3(kThreads);
+        config.dynamicSmemBytes = kWeightBytes;
+        config.stream = stream;
+        cudaLaunchAttribute attribute;
+        attribute.id = cudaLaunchAttributeClusterDimension;
+        attribute.val.clusterDim.x = cluster;
+        attribute.val.clusterDim.y = 1;
+        attribute.val.clusterDim.z = 1;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        cudaLaunchKernelEx(&config, kernel, s, out, tokens);
+      };
+    };
+    if (measure("multicast-2", blocks, tokens, multicast(multicast_kernel<2>, 2)) ||
+        measure("multicast-4", blocks, tokens, multicast(multicast_kernel<4>, 4)) ||
+        (blocks % 8 == 0 &&
+         measure("multicast-8", blocks, tokens, multicast(multicast_kernel<8>, 8)))) {
+      return 1;
+    }
+  }
+  CK(cudaFree(sets));
+  CK(cudaFree(out));
+  return 0;
+}

@@ -8,8 +8,8 @@
 //
 // One branch per caller stream: a stream under capture must not share its branch with another
 // caller's work, since a branch stays in the capture until it ends. cudaStreamPerThread is one
-// handle for a stream per host thread, so its branches are per thread too. Branches are made on first
-// use, under the device handle's mutex (lt_matmul.h), and kept for the process; past
+// handle for a stream per host thread, so its branches are per thread too. Branches are made on
+// first use, under the device handle's mutex (lt_matmul.h), and kept for the process; past
 // kMaxStreamBranches caller streams a call runs its parts in order on the caller's stream.
 #pragma once
 

@@ -77,7 +77,7 @@ WorkspaceLayout workspace_layout(const MlaProblem& p, int64_t q_rank, bool laten
   WorkspaceLayout w;
   if (runs_first(p)) {
     w.ckv_ld = ckv_ld(q_rank, p);
-    // The most planes a call of the problem can run (stage_a_splits: rows that fold).
+    // The most planes a call of the problem can run (fewer where hidden's rows do not fold).
     const int64_t splits = mla_gemm_stage_a_splits(p.tokens(), p.model_dim, q_rank);
     w.ckv_bytes = lt::align_up(splits * p.tokens() * w.ckv_ld * 4, kRegionAlignment);
   }
@@ -142,19 +142,12 @@ Status head_gemms(const lt::Context& ctx, const MlaProblem& p, const void* c, To
   return s;
 }
 
-// The slices of D stage A's GEMMs run as batches: where the tokens' rows fold into one matrix
-// (mla_gemm_stage_a_splits, heuristics.h: q_rank q_a rows run), else 1.
-int64_t stage_a_splits(const MlaProblem& p, const MlaArgs& a, int64_t q_rank) {
-  const TokenRows rows = token_rows(p, a.hidden_stride_batch, a.hidden_stride_seq, p.model_dim);
-  return rows.folds ? mla_gemm_stage_a_splits(p.tokens(), p.model_dim, q_rank) : 1;
-}
-
 // ckv [splits, T, ckv_ld] float32 = hidden @ [q_a_weight ; kv_a_weight]^T (q_a part only for
-// q_rank > 0), slice j of D (D / splits columns) into plane j (T * ld elements on).
+// q_rank > 0), slice j of D (D / splits columns) into plane j (T * ld elements on); `rows` are
+// hidden's token rows (token_rows), and splits > 1 only where they fold.
 Status stage_a_gemms(const lt::Context& ctx, const MlaProblem& p, const MlaArgs& a,
-                     int64_t q_rank, float* ckv, int64_t ld, int64_t splits) {
+                     int64_t q_rank, TokenRows rows, float* ckv, int64_t ld, int64_t splits) {
   const int64_t eb = element_size(p.dtype);
-  const TokenRows rows = token_rows(p, a.hidden_stride_batch, a.hidden_stride_seq, p.model_dim);
   const int64_t batches = rows.folds ? 1 : p.batch;
   const int64_t m = rows.folds ? p.tokens() : p.seq;
   const lt::Operand hidden{a.hidden, rows.ld, rows.batch_stride};
@@ -294,8 +287,12 @@ Status run_mla_cuda_gemm(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   lt::scratch_after(a.workspace, a.workspace_bytes, used, &ctx.scratch, &ctx.scratch_bytes);
 
   if (runs_first(p)) {
-    const int64_t splits = stage_a_splits(p, a, q_rank);
-    LATENTKV_RETURN_IF_ERROR(stage_a_gemms(ctx, p, a, q_rank, ckv, w.ckv_ld, splits));
+    // The slices of D run as the GEMM's batches only where hidden's rows fold into one matrix.
+    const TokenRows rows =
+        token_rows(p, a.hidden_stride_batch, a.hidden_stride_seq, p.model_dim);
+    const int64_t splits =
+        rows.folds ? mla_gemm_stage_a_splits(p.tokens(), p.model_dim, q_rank) : 1;
+    LATENTKV_RETURN_IF_ERROR(stage_a_gemms(ctx, p, a, q_rank, rows, ckv, w.ckv_ld, splits));
     LATENTKV_RETURN_IF_ERROR(launch_mla_stage_a_epilogue(
         epilogue_params(p, a, q_rank, ckv, w.ckv_ld, splits, latent), stream));
   }

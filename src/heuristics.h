@@ -127,25 +127,40 @@ inline bool mla_decode_whole_rows(int partial_trips) {
   return partial_trips <= kMlaDecodeWholeRowsMaxTrips;
 }
 
-// cuda-mla-gemm's stage A at few to mid tokens without q_a: K split into this many batches of one
-// GEMM (no split-K reduction kernel: the epilogue sums the partial products in slice order), where
-// T <= kMlaGemmSplitMaxTokens and D splits into at least two whole kMlaGemmSplitDepth-column
-// slices (at most kMlaGemmMaxSplits); else one GEMM (cuBLASLt's own split-K where it takes it).
-// Same H200 call (2026-12-01 19:54 UTC), slices / one GEMM, us: V3 whole path (7 slices) T=17
-// 25.5 / 26.7, T=64 27.1 / 28.5, T=128 29.8 / 31.1, T=256 34.7 / 35.5, first stage T=64 11.4 /
-// 12.7; V2-Lite (2 slices) whole T=65 17.1 / 17.7, T=256 18.7 / 18.9. 21:41 UTC: T=384 V3 44.7 /
-// 46.7, V2-Lite 19.3 / 20.4; T=512 V3 54.1 / 56.4, V2-Lite 22.05 / 22.3; 21:31 UTC: T=1024 V3
-// 93.2 / 90.9, V2-Lite 27.3 / 26.0. With q_a (2112 columns) it lost: V3 q_a + kv first stage
-// T=32 22.9 / 20.3.
-constexpr int64_t kMlaGemmSplitMaxTokens = 512;
+// cuda-mla-gemm's stage A at few to mid tokens without q_a: K split into batches of one GEMM (no
+// split-K reduction kernel: the epilogue sums the partial products in slice order, reading
+// T x (R + dr) float32 more per extra slice). At T <= kMlaGemmFineSplitMaxTokens, slices of
+// kMlaGemmSplitDepth columns (2 to kMlaGemmMaxSplits of them); past it two halves of D up to
+// kMlaGemmHalfSplitMaxTokens, and up to kMlaGemmDeepSplitMaxTokens where the halves are deep
+// (D >= kMlaGemmDeepSplitMinDim: one GEMM's 40-96 CTAs then each run long, and the second
+// half's CTAs pay for the epilogue's extra read); else one GEMM (cuBLASLt's own split-K where it
+// takes it). Same H200 calls (2026-12-01), slices / one GEMM, us: 19:54 UTC V3 whole path (7
+// slices) T=17 25.5 / 26.7, T=64 27.1 / 28.5, T=128 29.8 / 31.1, T=256 34.7 / 35.5, first stage
+// T=64 11.4 / 12.7; V2-Lite (2 slices) whole T=65 17.1 / 17.7, T=256 18.7 / 18.9; 21:41 UTC
+// T=384 V3 44.7 / 46.7, V2-Lite 19.3 / 20.4; T=512 V2-Lite 22.05 / 22.3; 21:31 UTC V2-Lite T=1024
+// 27.3 / 26.0 (two halves of 1024 lose). V3, two halves / 7 slices of 1024 (one GEMM past 512),
+// 23:10 and 23:20 UTC: whole T=64 27.3 / 26.1, T=257 36.2 / 34.5, T=384 42.8 / 43.0, T=512 51.1 /
+// 52.9, T=768 76.9 / 76.3, T=1024 89.1 / 91.3, T=1536 131 / 131.5, T=2048 165.5 / 168; first
+// stage T=512 14.9 / 17.0, T=1024 20.4 / 22.4, T=2048 33.9 / 42.5. With q_a (2112 columns) slices
+// lost: V3 q_a + kv first stage T=32 22.9 / 20.3.
+constexpr int64_t kMlaGemmFineSplitMaxTokens = 384;
 constexpr int64_t kMlaGemmSplitDepth = 1024;
 constexpr int64_t kMlaGemmMaxSplits = 8;
+constexpr int64_t kMlaGemmHalfSplitMaxTokens = 512;
+constexpr int64_t kMlaGemmDeepSplitMaxTokens = 2048;
+constexpr int64_t kMlaGemmDeepSplitMinDim = 4096;
 inline int64_t mla_gemm_stage_a_splits(int64_t tokens, int64_t model_dim, int64_t q_rows) {
-  if (q_rows > 0 || tokens > kMlaGemmSplitMaxTokens || model_dim % kMlaGemmSplitDepth != 0) {
-    return 1;
+  if (q_rows > 0) return 1;
+  if (tokens <= kMlaGemmFineSplitMaxTokens) {
+    if (model_dim % kMlaGemmSplitDepth != 0) return 1;
+    const int64_t splits = model_dim / kMlaGemmSplitDepth;
+    return splits >= 2 && splits <= kMlaGemmMaxSplits ? splits : 1;
   }
-  const int64_t splits = model_dim / kMlaGemmSplitDepth;
-  return splits >= 2 && splits <= kMlaGemmMaxSplits ? splits : 1;
+  const bool deep = model_dim >= kMlaGemmDeepSplitMinDim;
+  const bool halves = tokens <= kMlaGemmHalfSplitMaxTokens ||
+                      (deep && tokens <= kMlaGemmDeepSplitMaxTokens);
+  // Each half a whole number of 256-column steps, so every slice starts 16-byte aligned.
+  return halves && model_dim % 512 == 0 ? 2 : 1;
 }
 
 // ---- launchers' variants ----

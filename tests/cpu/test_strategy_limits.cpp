@@ -201,8 +201,15 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(64), 2);
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 7168, 0), 7);  // V3: 7 slices of 1024
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 7168, 1536), 1);  // with q_a: one GEMM
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(384, 7168, 0), 7);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(385, 7168, 0), 2);  // two halves of 3584
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(512, 2048, 0), 2);
-  EXPECT_EQ(detail::mla_gemm_stage_a_splits(513, 7168, 0), 1);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(513, 2048, 0), 1);  // V2-Lite: halves too shallow
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(2048, 7168, 0), 2);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(2049, 7168, 0), 1);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(400, 1536, 0), 2);
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(400, 1280, 0), 1);  // halves not 256-column steps
+  EXPECT_EQ(detail::mla_gemm_stage_a_splits(400, 7168, 1536), 1);
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 1024, 0), 1);
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 3000, 0), 1);
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 9 * 1024, 0), 1);

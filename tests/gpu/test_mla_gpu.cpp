@@ -620,6 +620,19 @@ std::vector<MlaCase> layout_cases() {
                        RopeForm::kPositions, CacheMode::kDense};
     slices_q_a.fused_q_weights = true;
     cases.push_back(slices_q_a);
+    // Two halves of D past kMlaGemmFineSplitMaxTokens (D = 1536, T = 400), and where the halves
+    // are deep past kMlaGemmHalfSplitMaxTokens (D = 4096, T = 520).
+    MlaProblem halved = mla_shape(1536, 0, 40, 16, 3, 24, 16);
+    halved.batch = 2;
+    halved.seq = 200;
+    cases.push_back(MlaCase{"dhalves", with(halved, dt, MlaStage::kBoth, RopeStyle::kGptJ),
+                            RopeForm::kPositions, CacheMode::kPaged});
+    MlaProblem deep = mla_shape(detail::kMlaGemmDeepSplitMinDim, 0, 40, 16, 2, 24, 16);
+    deep.batch = 1;
+    deep.seq = 520;
+    cases.push_back(MlaCase{"dhalves-deep", with(deep, dt, MlaStage::kFirst,
+                                                 RopeStyle::kInterleave),
+                            RopeForm::kCosSin, CacheMode::kDense});
     sliced.batch = 2;
     sliced.seq = 3;
     MlaCase unfolded_slices{"dslices-unfolded", with(sliced, dt, MlaStage::kFirst,

@@ -149,6 +149,7 @@ constexpr int64_t kMlaGemmMaxSplits = 8;
 constexpr int64_t kMlaGemmHalfSplitMaxTokens = 512;
 constexpr int64_t kMlaGemmDeepSplitMaxTokens = 2048;
 constexpr int64_t kMlaGemmDeepSplitMinDim = 4096;
+constexpr int64_t kMlaGemmHalfSplitStep = 256;  // each half a whole number of these columns
 inline int64_t mla_gemm_stage_a_splits(int64_t tokens, int64_t model_dim, int64_t q_rows) {
   if (q_rows > 0) return 1;
   if (tokens <= kMlaGemmFineSplitMaxTokens) {
@@ -159,8 +160,8 @@ inline int64_t mla_gemm_stage_a_splits(int64_t tokens, int64_t model_dim, int64_
   const bool deep = model_dim >= kMlaGemmDeepSplitMinDim;
   const bool halves = tokens <= kMlaGemmHalfSplitMaxTokens ||
                       (deep && tokens <= kMlaGemmDeepSplitMaxTokens);
-  // Each half a whole number of 256-column steps, so every slice starts 16-byte aligned.
-  return halves && model_dim % 512 == 0 ? 2 : 1;
+  // Whole steps per half, so that every slice starts 16-byte aligned.
+  return halves && model_dim % (2 * kMlaGemmHalfSplitStep) == 0 ? 2 : 1;
 }
 
 // ---- launchers' variants ----

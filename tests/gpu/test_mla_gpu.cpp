@@ -952,19 +952,6 @@ TEST(MlaGpu, CapturesIntoACudaGraph) {
   cudaStreamDestroy(stream);
 }
 
-// Each caller stream gets its own branch for stage B's V GEMM (stream_branches.h) up to
-// kMaxStreamBranches; calls on streams past that run the two GEMMs in order on the caller's
-// stream, with the same results.
-TEST(MlaGpu, StreamsPastTheBranchLimitRunInOrder) {
-  SKIP_WITHOUT_CUDA_MLA();
-  std::vector<cudaStream_t> streams(detail::kMaxStreamBranches + 2);
-  for (cudaStream_t& stream : streams) {
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  }
-  for (cudaStream_t stream : streams) check_case(stream_case(DType::kBFloat16), stream);
-  for (cudaStream_t stream : streams) cudaStreamDestroy(stream);
-}
-
 // cudaStreamPerThread is one handle for a stream per host thread: two threads calling on theirs at
 // once each get their own branch for stage B (stream_branches.h), with the right results.
 TEST(MlaGpu, PerThreadDefaultStreamsOfTwoThreads) {
@@ -1107,6 +1094,20 @@ TEST(MlaDecodeGpu, RefusesPast64TokensAndPartialVectorRows) {
   EXPECT_NE(s.message().find("args.kv_b_weight_stride_row = 35"), std::string::npos)
       << s.message();
   EXPECT_EQ(selected(a), "cuda-mla-gemm");
+}
+
+// Each caller stream gets its own branch for stage B's V GEMM (stream_branches.h) up to
+// kMaxStreamBranches; calls on streams past that run the two GEMMs in order on the caller's
+// stream, with the same results. The branches are kept for the process, so in one process every
+// later call on a new stream runs in order: this test stays the file's last.
+TEST(MlaGpu, StreamsPastTheBranchLimitRunInOrder) {
+  SKIP_WITHOUT_CUDA_MLA();
+  std::vector<cudaStream_t> streams(detail::kMaxStreamBranches + 2);
+  for (cudaStream_t& stream : streams) {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  }
+  for (cudaStream_t stream : streams) check_case(stream_case(DType::kBFloat16), stream);
+  for (cudaStream_t stream : streams) cudaStreamDestroy(stream);
 }
 
 }  // namespace

@@ -822,7 +822,14 @@ std::vector<MlaCase> decode_cases() {
       {"fold-past-768-rows", 1, 1, 256, 0, 712, 64, 2, 16, 16},
       {"fold-ring", 1, 1, 1280, 0, 264, 64, 160, 120, 132},
   };
-  for (const MlaEdge& e : {fold_edges[0], fold_edges[5]}) {  // the fold and the ring
+  const auto fold_edge = [&](const std::string& name) {
+    for (const MlaEdge& e : fold_edges) {
+      if (name == e.name) return e;
+    }
+    ADD_FAILURE() << "no fold edge named " << name;
+    return fold_edges[0];
+  };
+  for (const MlaEdge& e : {fold_edge("fold-rope2"), fold_edge("fold-ring")}) {  // fold and ring
     MlaCase c = decode({e.name, with(mla_edge_problem(e), DType::kFloat16, MlaStage::kBoth,
                                      RopeStyle::kNeox),
                         RopeForm::kPositions, CacheMode::kPaged},

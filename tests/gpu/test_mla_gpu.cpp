@@ -814,22 +814,18 @@ std::vector<MlaCase> decode_cases() {
                             RopeForm::kPositions, CacheMode::kPaged},
                            0));
   }
+  // The fold's smallest edge and the ring's also run with scalar stores.
+  const MlaEdge fold = {"fold-rope2", 1, 1, 264, 0, 40, 2, 2, 8, 8};
+  const MlaEdge ring = {"fold-ring", 1, 1, 1280, 0, 264, 64, 160, 120, 132};
   const MlaEdge fold_edges[] = {
-      {"fold-rope2", 1, 1, 264, 0, 40, 2, 2, 8, 8},
+      fold,
       {"fold-rope128", 1, 1, 264, 0, 96, 128, 3, 16, 24},
       {"fold-16-chunks", 1, 1, 4096, 0, 64, 16, 2, 16, 16},
       {"fold-768-rows", 1, 1, 256, 0, 704, 64, 2, 16, 16},
       {"fold-past-768-rows", 1, 1, 256, 0, 712, 64, 2, 16, 16},
-      {"fold-ring", 1, 1, 1280, 0, 264, 64, 160, 120, 132},
+      ring,
   };
-  const auto fold_edge = [&](const std::string& name) {
-    for (const MlaEdge& e : fold_edges) {
-      if (name == e.name) return e;
-    }
-    ADD_FAILURE() << "no fold edge named " << name;
-    return fold_edges[0];
-  };
-  for (const MlaEdge& e : {fold_edge("fold-rope2"), fold_edge("fold-ring")}) {  // fold and ring
+  for (const MlaEdge& e : {fold, ring}) {
     MlaCase c = decode({e.name, with(mla_edge_problem(e), DType::kFloat16, MlaStage::kBoth,
                                      RopeStyle::kNeox),
                         RopeForm::kPositions, CacheMode::kPaged},

@@ -86,7 +86,7 @@ struct DeviceHandle {
   cublasHandle_t handle = nullptr;
   cublasLtHandle_t lt = nullptr;
   std::deque<Plan> plans;
-  std::deque<StreamBranch> branches;  // one per caller stream (stream_branches.h)
+  StreamBranches branches;  // one per caller stream (stream_branches.h)
   Status status;
   std::mutex mutex;
 };

@@ -9,12 +9,16 @@
 // One branch per caller stream: a stream under capture must not share its branch with another
 // caller's work, since a branch stays in the capture until it ends. cudaStreamPerThread is one
 // handle for a stream per host thread, so its branches are per thread too. Branches are made on
-// first use, under the device handle's mutex (lt_matmul.h), and kept for the process; past
-// kMaxStreamBranches caller streams a call runs its parts in order on the caller's stream.
+// first use, under the device handle's mutex (lt_matmul.h), up to kMaxStreamBranches; past that a
+// new caller stream takes over the least recently used branch that no capture holds (its old
+// caller, if it calls again, takes over another), and runs its parts in order on its own stream
+// only while every branch is inside a capture. A branch taken over keeps its pending work ahead
+// of the new caller's (an extra dependency, never a missing one).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <deque>
 #include <thread>
 
@@ -31,6 +35,8 @@ struct StreamBranch {
   std::thread::id thread;  // the thread whose cudaStreamPerThread `caller` is; else unset
   cudaStream_t stream = nullptr;
   cudaEvent_t forked = nullptr, joined = nullptr;
+  int priority = 0;        // the stream's, the caller's when it was made
+  uint64_t last_call = 0;  // StreamBranches::calls at its caller's last call
 
   // The branch waits for everything enqueued on the caller's stream so far.
   Status fork() const {
@@ -46,34 +52,84 @@ struct StreamBranch {
   }
 };
 
-// The branch of `caller`, made on first use; *out is null (run in order on the caller's stream)
-// once kMaxStreamBranches caller streams have one. The caller holds the mutex that guards
-// `branches`.
-inline Status stream_branch(std::deque<StreamBranch>& branches, Stream caller,
-                            const StreamBranch** out) {
+// The branches of one device handle; a deque, so that a branch handed out stays where it is.
+struct StreamBranches {
+  std::deque<StreamBranch> list;
+  uint64_t calls = 0;
+};
+
+// The priority of `caller`'s stream, the default where it cannot be read.
+inline int stream_priority(Stream caller) {
+  int priority = 0;
+  if (cudaStreamGetPriority(caller, &priority) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: cleared so that no later launch check reports it
+    return 0;
+  }
+  return priority;
+}
+
+inline Status make_branch_stream(int priority, cudaStream_t* stream) {
+  return cuda_status(cudaStreamCreateWithPriority(stream, cudaStreamNonBlocking, priority),
+                     "cudaStreamCreateWithPriority");
+}
+
+// Whether a capture holds `stream` (as its origin or through an event it waited on).
+inline bool in_capture(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    cudaGetLastError();
+    return true;  // unknown: treated as held
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// The branch of `caller`: its own, a new one while fewer than kMaxStreamBranches exist, else the
+// least recently used one outside every capture, taken over (remade at the caller's priority
+// where that differs). *out is null (run in order on the caller's stream) when every branch is
+// inside a capture. The caller holds the mutex that guards `branches`.
+inline Status stream_branch(StreamBranches& branches, Stream caller, const StreamBranch** out) {
   *out = nullptr;
   const std::thread::id thread =
       caller == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id();
-  for (const StreamBranch& b : branches) {
+  const uint64_t call = ++branches.calls;
+  for (StreamBranch& b : branches.list) {
     if (b.caller == caller && b.thread == thread) {
+      b.last_call = call;
       *out = &b;
       return Status::Ok();
     }
   }
-  if (branches.size() == kMaxStreamBranches) return Status::Ok();
   // The first call on a stream may come inside the caller's graph capture: creating a stream and
   // events is host work, allowed under a relaxed capture mode.
   const RelaxedCaptureScope relaxed;
-  int priority = 0;  // the default, where the caller's cannot be read
-  if (cudaStreamGetPriority(caller, &priority) != cudaSuccess) {
-    priority = 0;
-    cudaGetLastError();  // not sticky: cleared so that no later launch check reports it
+  const int priority = stream_priority(caller);
+  if (branches.list.size() == kMaxStreamBranches) {
+    StreamBranch* oldest = nullptr;
+    for (StreamBranch& b : branches.list) {
+      if ((oldest == nullptr || b.last_call < oldest->last_call) && !in_capture(b.stream)) {
+        oldest = &b;
+      }
+    }
+    if (oldest == nullptr) return Status::Ok();
+    if (oldest->priority != priority) {
+      cudaStream_t remade = nullptr;
+      LATENTKV_RETURN_IF_ERROR(make_branch_stream(priority, &remade));
+      cudaStreamDestroy(oldest->stream);  // its pending work still runs; then it is released
+      oldest->stream = remade;
+      oldest->priority = priority;
+    }
+    oldest->caller = caller;
+    oldest->thread = thread;
+    oldest->last_call = call;
+    *out = oldest;
+    return Status::Ok();
   }
   StreamBranch b;
   b.caller = caller;
   b.thread = thread;
-  Status s = cuda_status(cudaStreamCreateWithPriority(&b.stream, cudaStreamNonBlocking, priority),
-                         "cudaStreamCreateWithPriority");
+  b.priority = priority;
+  b.last_call = call;
+  Status s = make_branch_stream(priority, &b.stream);
   if (s.ok()) {
     s = cuda_status(cudaEventCreateWithFlags(&b.forked, cudaEventDisableTiming),
                     "cudaEventCreateWithFlags");
@@ -87,8 +143,8 @@ inline Status stream_branch(std::deque<StreamBranch>& branches, Stream caller,
     if (b.forked != nullptr) cudaEventDestroy(b.forked);
     return s;
   }
-  branches.push_back(b);
-  *out = &branches.back();
+  branches.list.push_back(b);
+  *out = &branches.list.back();
   return Status::Ok();
 }
 

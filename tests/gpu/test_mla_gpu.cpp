@@ -219,9 +219,11 @@ struct MlaRun {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // Builds the call of case c on inputs `in` (strided, poisoned, exact-size device buffers), runs it
-// on `stream` (captured into a CUDA graph and replayed when `graph`) and reads everything back.
-// ASSERTs inside: the caller checks HasFatalFailure().
-void run_case(const MlaCase& c, const MlaInputs& in, Stream stream, bool graph, MlaRun* out) {
+// on `stream` (captured into a CUDA graph and replayed when `graph`; `inside_capture`, if given,
+// runs before the capture ends, which is then relaxed so that it may copy and synchronize) and
+// reads everything back. ASSERTs inside: the caller checks HasFatalFailure().
+void run_case(const MlaCase& c, const MlaInputs& in, Stream stream, bool graph, MlaRun* out,
+              const std::function<void()>& inside_capture = nullptr) {
   const MlaProblem& p = c.problem;
   const DType dt = p.dtype, rdt = p.rope_dtype;
   const int64_t ps = c.pad_seq, pb = c.pad_batch, T = p.tokens();
@@ -398,8 +400,11 @@ void run_case(const MlaCase& c, const MlaInputs& in, Stream stream, bool graph, 
   if (graph) {
     cudaGraph_t g = nullptr;
     cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    ASSERT_EQ(cudaStreamBeginCapture(stream, inside_capture ? cudaStreamCaptureModeRelaxed
+                                                            : cudaStreamCaptureModeGlobal),
+              cudaSuccess);
     out->status = run(p, a, o);
+    if (inside_capture) inside_capture();
     ASSERT_EQ(cudaStreamEndCapture(stream, &g), cudaSuccess);
     ASSERT_TRUE(out->status.ok()) << out->status.message();
     ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
@@ -456,11 +461,12 @@ void zero_skipped(std::vector<double>* v, const std::vector<int64_t>& slots, int
 }
 
 // Runs case c and checks every output against the reference and the unfused emulation.
-void check_case(const MlaCase& c, Stream stream = nullptr, bool graph = false) {
+void check_case(const MlaCase& c, Stream stream = nullptr, bool graph = false,
+                const std::function<void()>& inside_capture = nullptr) {
   const MlaProblem& p = c.problem;
   MlaInputs in = random_mla_inputs(p, kSeed ^ std::hash<std::string>{}(case_name(c)));
   MlaRun got;
-  run_case(c, in, stream, graph, &got);
+  run_case(c, in, stream, graph, &got, inside_capture);
   if (::testing::Test::HasFatalFailure()) return;
   if (c.bad_positions) {
     in.positions[0] = -1;
@@ -1100,17 +1106,28 @@ TEST(MlaDecodeGpu, RefusesPast64TokensAndPartialVectorRows) {
 }
 
 // Each caller stream gets its own branch for stage B's V GEMM (stream_branches.h) up to
-// kMaxStreamBranches; calls on streams past that run the two GEMMs in order on the caller's
-// stream, with the same results. The branches are kept for the process, so in one process every
-// later call on a new stream runs in order: this test stays the file's last.
-TEST(MlaGpu, StreamsPastTheBranchLimitRunInOrder) {
+// kMaxStreamBranches; past that a new caller stream takes over the least recently used branch
+// that no capture holds. Here one stream's capture stays open while kMaxStreamBranches + 2 other
+// streams call twice each, taking branches over: the captured stream's branch must not be among
+// them (the capture would hold their work, or be invalidated), so every call and the replayed
+// graph match the reference.
+TEST(MlaGpu, StreamBranchesPastTheLimitAreTakenOverOutsideCaptures) {
   SKIP_WITHOUT_CUDA_MLA();
   std::vector<cudaStream_t> streams(detail::kMaxStreamBranches + 2);
   for (cudaStream_t& stream : streams) {
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   }
-  for (cudaStream_t stream : streams) check_case(stream_case(DType::kBFloat16), stream);
+  cudaStream_t held = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking), cudaSuccess);
+  MlaCase captured = stream_case(DType::kBFloat16);
+  captured.name = "held-capture";
+  check_case(captured, held, /*graph=*/true, [&] {
+    for (int round = 0; round < 2; ++round) {
+      for (cudaStream_t stream : streams) check_case(stream_case(DType::kBFloat16), stream);
+    }
+  });
   for (cudaStream_t stream : streams) cudaStreamDestroy(stream);
+  cudaStreamDestroy(held);
 }
 
 }  // namespace

@@ -172,6 +172,30 @@ inline int64_t mla_gemm_stage_a_splits(int64_t tokens, int64_t model_dim, int64_
 inline bool fused_use_one_token(int64_t tokens) {
   return tokens >= 1 && tokens <= tiles::kFusedOneTokenMaxTokens;
 }
+// cuda-fused's tensor-core configuration (3xTF32; its kernel takes D <= 256, R <= 64) for T in
+// [kFusedTcMinTokens, kFusedTcMaxTokens]: where its ~100-200 token tiles of 8 cover the SMs about
+// once. Founding widths, tensor-core / FFMA configurations (same H200 run, 2026-12-02), us: T=3
+// 5.89 / 4.77, T=64 6.09 / 5.00, T=384 6.40 / 6.14 (each block stages all of w_down: one SM's
+// copy bandwidth bounds the few-tile calls), T=733 6.74 / 7.45, T=1024 6.98 / 7.94, T=2048 10.4 /
+// 10.4, T=6144 23.7 / 23.2.
+constexpr int64_t kFusedTcMinTokens = 512;
+constexpr int64_t kFusedTcMaxTokens = 1536;
+inline bool fused_use_tensor_core(int64_t tokens) {
+  return tokens >= kFusedTcMinTokens && tokens <= kFusedTcMaxTokens;
+}
+// ... its 16-column tiles of [K | V] per block: from 16 (one a warp) halved while the grid of
+// ceil(T / 8) token tiles x column blocks still fits the SMs once, down to this many (each block
+// of a token tile recomputes its latent). 8 and 4 were within 1% of each other at T=3..1024
+// (16 alone: 6-9% slower below T=733).
+constexpr int kFusedTcMinUpTilesPerBlock = 8;
+inline int fused_tc_up_tiles_per_block(int64_t token_tiles, int64_t up_tiles, int sm_count) {
+  int per_block = tiles::kFusedTcMaxUpTilesPerBlock;
+  while (per_block / 2 >= kFusedTcMinUpTilesPerBlock &&
+         token_tiles * ((up_tiles + per_block / 2 - 1) / (per_block / 2)) <= sm_count) {
+    per_block /= 2;
+  }
+  return per_block;
+}
 // cuda-fused stages the weights in shared memory (resident configuration) once there are this
 // many 16-token tiles per SM: each SM then reads them once instead of once per tile.
 constexpr int kFusedResidentMinTilesPerSm = 2;

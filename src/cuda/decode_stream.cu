@@ -17,10 +17,10 @@
 //                      stacked output (any head stride: heads need not be packed).
 // On sm_90, stages 2 and 3 are launched with the programmatic-stream-serialization attribute
 // (below it, plain stream order): their blocks start once every block of the previous stage is
-// running, and cudaGridDependencySynchronize() holds them until that stage's memory is visible. Three launches on the caller's stream, no host
-// synchronization, graph-capturable; the scratch (partials and the latent) is the caller's
-// workspace. The element type stays a template parameter (the 16-byte vector width follows it),
-// instantiated for float only.
+// running, and cudaGridDependencySynchronize() holds them until that stage's memory is visible.
+// Three launches on the caller's stream, no host synchronization, graph-capturable; the scratch
+// (partials and the latent) is the caller's workspace. The element type stays a template
+// parameter (the 16-byte vector width follows it), instantiated for float only.
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -33,6 +33,7 @@
 #include "cuda/device_facts.h"
 #include "cuda/fused_fp32_cluster.h"
 #include "cuda/fused_fp32_one_token.h"
+#include "cuda/fused_fp32_tensor_core.h"
 #include "cuda/kernel_args.h"
 #include "cuda/ptx.h"
 #include "cuda/tile_sizes.h"
@@ -553,6 +554,7 @@ Status run_cuda_fused(const Problem& p, const Args& a, Stream stream) {
   const DeviceFacts* f = nullptr;
   if (Status s = prepared_device<FusedKernels>(&f); !s.ok()) return s;
   if (fused_one_token_takes(p, a)) return run_fused_one_token(p, a, stream);
+  if (fused_tensor_core_takes(p, a, *f)) return run_fused_tensor_core(p, a, *f, stream);
   if (use_cluster(p, *f) && fused_cluster_takes(p, a, *f)) {
     return run_fused_cluster(p, a, *f, stream);
   }

@@ -266,16 +266,15 @@ int64_t plan_bytes(const Problem& p, int64_t tile_tokens, int blocks) {
   return plan.total * static_cast<int64_t>(sizeof(float));
 }
 
-bool rows16(const void* ptr, int64_t stride) { return is_aligned(ptr, 16) && stride % 4 == 0; }
-
 }  // namespace
 
 bool fused_cluster_takes(const Problem& p, const Args& a, const DeviceFacts& f) {
   if (f.major < 9 || compiled_arch<kv_proj_fused_cluster_sm90>() < 90) return false;
   if (p.model_dim % 4 != 0 || p.rank % 4 != 0 || p.kv_width() % 4 != 0) return false;
-  if (!rows16(a.hidden, a.hidden_stride_seq) || a.hidden_stride_batch % 4 != 0 ||
-      !rows16(a.w_down, a.w_down_stride_row) || !rows16(a.w_up_k, a.w_up_k_stride_row) ||
-      !rows16(a.w_up_v, a.w_up_v_stride_row)) {
+  if (!float_rows_16_bytes(a.hidden, a.hidden_stride_seq) || a.hidden_stride_batch % 4 != 0 ||
+      !float_rows_16_bytes(a.w_down, a.w_down_stride_row) ||
+      !float_rows_16_bytes(a.w_up_k, a.w_up_k_stride_row) ||
+      !float_rows_16_bytes(a.w_up_v, a.w_up_v_stride_row)) {
     return false;
   }
   const int blocks = fused_cluster_blocks(p.tokens());

@@ -3,7 +3,7 @@
 // stand-in (nothing, or a wait that returns at once): such code never runs there, because the
 // strategy's row refuses a device below the instruction's compute capability (strategies.cpp).
 //   sm_80: cp.async (16 bytes, zero-fill; groups), ldmatrix, mma.sync m16n8k16 (bf16/fp16, f32
-//          accumulate)
+//          accumulate) and m16n8k8 (tf32)
 //   sm_90: mbarrier with transaction counts, cp.async.bulk.tensor (TMA), programmatic dependent
 //          launch (PDL), thread-block clusters (rank, barrier, distributed shared memory)
 #pragma once
@@ -216,6 +216,18 @@ __device__ __forceinline__ void allow_dependents() {
 __device__ __forceinline__ void wait_for_previous_stage() {
 #if LATENTKV_SM90
   cudaGridDependencySynchronize();
+#endif
+}
+
+// d[16 x 8] += a[16 x 8] @ b[8 x 8], tf32 operands (float32 bit patterns: the tensor cores read
+// the sign, exponent and top 10 mantissa bits), float32 accumulation.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+#if LATENTKV_SM80
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
 

@@ -33,6 +33,16 @@ constexpr int kFusedOneTokenMaxTokens = 2;
 constexpr int kFusedOneTokenMaxModelDim = 256;
 constexpr int kFusedOneTokenMaxRank = 64;
 constexpr int kFusedOneTokenBlockCols = 32;
+// Tensor-core configuration (fused_fp32_tensor_core.cu, sm_80, 3xTF32 mma.sync m16n8k8): tokens
+// are the MMA's N (8 per tile); the block stages w_down, its [w_up_k | w_up_v] columns and the
+// token tile in shared memory; each of 16 warps takes w_down rows [16 w, 16 w + 16) and one
+// 16-column tile of the block's columns, all of R (R <= 64: 4 MMA tiles of the down product, 8 K
+// steps of the up one), so D <= 16 warps x 16 rows.
+constexpr int kFusedTcThreads = 512;
+constexpr int kFusedTcTokens = 8;
+constexpr int kFusedTcMaxModelDim = 256;
+constexpr int kFusedTcMaxRank = 64;
+constexpr int kFusedTcMaxUpTilesPerBlock = 16;  // one per warp: 256 of the 2N columns
 // Cluster configuration (fused_fp32_cluster.cu, sm_90, 16-byte aligned rows): a cluster of C
 // blocks per token tile (C from heuristics.h), block b taking D chunk b of the down projection and
 // column chunk b of the up one, so each fetches 1/C of the weights in one round trip. 8 is the

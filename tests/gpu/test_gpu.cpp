@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "heuristics.h"
 #include "testing.h"
 
 namespace latentkv::testing {
@@ -820,12 +821,17 @@ int device_sm_count() {
   return sms;
 }
 
-// A few shapes small enough for compute-sanitizer, each just past the T where the cluster
-// configuration starts: partial last tiles, empty chunks, heads not a multiple of 4 wide.
+// The T of the cluster configuration at any width: past the streaming configuration's two blocks
+// per SM and past the tensor-core configuration's window (which takes aligned D <= 256, R <= 64).
+int64_t cluster_tokens() {
+  return std::max<int64_t>(8 * device_sm_count() + 1, detail::kFusedTcMaxTokens + 1);
+}
+
+// A few shapes small enough for compute-sanitizer, each in the cluster configuration: partial
+// last tiles, empty chunks, heads not a multiple of 4 wide.
 TEST(GpuFusedCluster, SmallEdges) {
   SKIP_WITHOUT_CUDA();
-  const int64_t t = 8 * device_sm_count() + 1;
-  ASSERT_GT(t, 1);
+  const int64_t t = cluster_tokens();
   for (const Problem& p : {shape(1, t, 256, 48, 4, 32), shape(1, t, 20, 8, 1, 4),
                            shape(1, t + 2, 4, 4, 3, 4), shape(1, t + 6, 64, 52, 2, 6)}) {
     expect_fused_layouts(p);
@@ -833,12 +839,14 @@ TEST(GpuFusedCluster, SmallEdges) {
   }
 }
 
+// T around each change of the cluster configuration's tile (4 to 32 tokens, from ceil(2 T /
+// SMs): edges at multiples of SMs / 2); inside the tensor-core window the aligned calls go there.
 TEST(GpuFusedCluster, TokenTileEdges) {
   SKIP_WITHOUT_CUDA();
   const int64_t sms = device_sm_count();
   ASSERT_GT(sms, 0);
   std::vector<int64_t> tokens = {3, 4, 5};
-  for (int64_t k = 1; k <= 17; ++k) {
+  for (int64_t k = 1; k <= detail::tiles::kFusedClusterMaxTokens + 1; ++k) {
     const int64_t edge = k * sms / 2;
     for (int64_t t : {edge - 1, edge, edge + 1}) tokens.push_back(t);
   }
@@ -851,7 +859,7 @@ TEST(GpuFusedCluster, TokenTileEdges) {
 
 TEST(GpuFusedCluster, ChunkEdges) {
   SKIP_WITHOUT_CUDA();
-  const int64_t t = 8 * device_sm_count() + 1;  // the cluster configuration at any width
+  const int64_t t = cluster_tokens();
   for (int64_t d : {4, 12, 20, 60, 260}) {
     expect_fused_layouts(shape(1, t, d, 16, 2, 8));
     if (HasFatalFailure()) return;
@@ -863,6 +871,25 @@ TEST(GpuFusedCluster, ChunkEdges) {
   for (const auto& [h, dh] : {std::pair<int64_t, int64_t>{1, 4}, {3, 4}, {1, 12}, {2, 36},
                               {2, 6}, {4, 32}}) {
     expect_fused_layouts(shape(1, t, 24, 12, h, dh));
+    if (HasFatalFailure()) return;
+  }
+}
+
+// ---- cuda-fused's tensor-core configuration (T in heuristics.h's window, D <= 256, R <= 64,
+// 16-byte rows) ----
+// Small enough for compute-sanitizer: the window's first T (a whole last tile) and one past it
+// (one token in the last tile), over two sequences that meet inside a tile, the window's top
+// (blocks looping over tiles on GPUs with fewer than 192 SMs), and D, R, N off their tiles. Each
+// under the layouts above (the padded and misaligned ones fall back to the FFMA configurations).
+TEST(GpuFusedTensorCore, WindowEdges) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t t0 = detail::kFusedTcMinTokens;
+  for (const Problem& p :
+       {shape(1, t0, 256, 48, 4, 32), shape(1, t0 + 1, 256, 48, 4, 32),
+        shape(2, t0 / 2 + 3, 256, 48, 4, 32), shape(1, detail::kFusedTcMaxTokens, 256, 48, 4, 32),
+        shape(1, t0 + 5, 20, 12, 1, 4), shape(1, t0 + 3, 100, 40, 3, 12),
+        shape(1, t0 + 7, 64, 64, 2, 132)}) {
+    expect_fused_layouts(p);
     if (HasFatalFailure()) return;
   }
 }

@@ -1,5 +1,5 @@
 """Emulates, in float64 on the CPU, the index arithmetic of cuda-fused's 3xTF32 kernel with its
-operands staged in shared memory (dev/fused_3xtf32_staged.patch, kv_proj_fused_3xtf32): the
+operands staged in shared memory (src/cuda/fused_fp32_tensor_core.cu, kv_proj_fused_3xtf32): the
 staging plan with its zero fills (padding never written stays NaN, so reading it shows), every
 lane's A and B fragment reads, mma.sync m16n8k8's fragment layout, the partials' reduction and the
 stores. Checks the result against the plain product, so a wrong offset, stride or fragment map

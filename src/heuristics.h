@@ -172,17 +172,14 @@ inline int64_t mla_gemm_stage_a_splits(int64_t tokens, int64_t model_dim, int64_
 inline bool fused_use_one_token(int64_t tokens) {
   return tokens >= 1 && tokens <= tiles::kFusedOneTokenMaxTokens;
 }
-// cuda-fused's tensor-core configuration (3xTF32; its kernel takes D <= 256, R <= 64) for T in
-// [kFusedTcMinTokens, kFusedTcMaxTokens]: where its ~100-200 token tiles of 8 cover the SMs about
-// once. Founding widths, tensor-core / FFMA configurations (same H200 run, 2026-12-02), us: T=3
-// 5.89 / 4.77, T=64 6.09 / 5.00, T=384 6.40 / 6.14 (each block stages all of w_down: one SM's
-// copy bandwidth bounds the few-tile calls), T=733 6.74 / 7.45, T=1024 6.98 / 7.94, T=2048 10.4 /
-// 10.4, T=6144 23.7 / 23.2.
-constexpr int64_t kFusedTcMinTokens = 512;
-constexpr int64_t kFusedTcMaxTokens = 1536;
-inline bool fused_use_tensor_core(int64_t tokens) {
-  return tokens >= kFusedTcMinTokens && tokens <= kFusedTcMaxTokens;
-}
+// cuda-fused's tensor-core configuration (3xTF32; its kernel takes D <= 256, R <= 64), asked
+// where the cluster configuration would run (the streaming grid past two blocks per SM): while its
+// grid of 8-token tiles x column blocks is one wave. Founding widths, tensor-core / FFMA
+// configurations (same H200 run, 2026-12-02), us: T=576 6.68 / 7.39 (cluster), T=733 6.73 / 7.42,
+// T=1024 7.02 / 7.94; at two waves T=1280 10.4 / 8.88 and T=1536 10.4 / 9.44; against the
+// streaming configuration T=3 5.89 / 4.77, T=384 6.40 / 6.14 and T=512 6.67 / 6.22 (every block
+// stages all of w_down, so one SM's copy bandwidth bounds it).
+inline bool fused_use_tensor_core(int64_t blocks, int sm_count) { return blocks <= sm_count; }
 // ... its 16-column tiles of [K | V] per block: from 16 (one a warp) halved while the grid of
 // ceil(T / 8) token tiles x column blocks still fits the SMs once, down to this many (each block
 // of a token tile recomputes its latent). 8 and 4 were within 1% of each other at T=3..1024

@@ -554,9 +554,9 @@ Status run_cuda_fused(const Problem& p, const Args& a, Stream stream) {
   const DeviceFacts* f = nullptr;
   if (Status s = prepared_device<FusedKernels>(&f); !s.ok()) return s;
   if (fused_one_token_takes(p, a)) return run_fused_one_token(p, a, stream);
-  if (fused_tensor_core_takes(p, a, *f)) return run_fused_tensor_core(p, a, *f, stream);
-  if (use_cluster(p, *f) && fused_cluster_takes(p, a, *f)) {
-    return run_fused_cluster(p, a, *f, stream);
+  if (use_cluster(p, *f)) {
+    if (fused_tensor_core_takes(p, a, *f)) return run_fused_tensor_core(p, a, *f, stream);
+    if (fused_cluster_takes(p, a, *f)) return run_fused_cluster(p, a, *f, stream);
   }
   if (use_resident(p, *f)) return launch<kResidentConfig>(p, a, *f, stream);
   return launch<kStreamConfig>(p, a, *f, stream);

@@ -24,9 +24,8 @@
 // permuted (any consistent order of a reduction is the same sum): fragment column c of step s is
 // row 8 s + c' of the warp's slice with c' = 4 (c / 4) + (c % 4)... see kernel comments.
 //
-// Blocks are persistent over token tiles (gridDim.x of them stride over the tiles; the weights
-// stay in shared memory, the next tile's hidden rows are copied in during the up product) and
-// gridDim.y of them share a tile's up product (up_tiles_per_block of the 16-column tiles each,
+// A block takes one token tile (blockIdx.x; the heuristics keep the grid within one wave) and
+// gridDim.y of them share its up product (up_tiles_per_block of the 16-column tiles each,
 // heuristics.h), each recomputing the tile's latent.
 #include <cuda_runtime.h>
 
@@ -62,7 +61,6 @@ static_assert(tiles::kFusedTcMaxUpTilesPerBlock == kWarps, "a block's up tiles: 
 static_assert(kLatentStride % 32 == 4, "B reads of the latent tile conflict-free");
 
 struct TcParams : FusedParamsBase {
-  int num_tiles;           // ceil(T / kTokens)
   int up_tiles;            // ceil(2N / 16): the 16-column tiles of [K | V]
   int up_tiles_per_block;  // of them, per block (gridDim.y = ceil(up_tiles / this))
 };
@@ -97,9 +95,8 @@ struct TcPlan {
 struct Split {
   uint32_t big, small;
 };
-// The mask is an opaque (volatile) instruction so that the weights' fragments, the same registers
-// on every tile, are split on every tile instead of being held split (twice the registers) across
-// the tile loop.
+// The mask is an opaque (volatile) instruction, so that ptxas splits each fragment where it is
+// loaded instead of hoisting every split ahead of the MMAs (twice the live registers: spills).
 __device__ __forceinline__ Split split_tf32(float x) {
   uint32_t big;
   asm volatile("and.b32 %0, %1, 0xffffe000;\n" : "=r"(big) : "r"(__float_as_uint(x)));
@@ -155,8 +152,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int live_warps = (D + kWarpRows - 1) / kWarpRows;
   const int column0 = blockIdx.y * plan.up_cols;  // the block's first column of [K | V]
 
-  // Group 0: the first tile's hidden rows and w_down (two rows a warp, 16 bytes a lane).
-  stage_hidden(p, plan, hidden_s, blockIdx.x * kTokens, warp, lane);
+  // Group 0: the tile's hidden rows and w_down (two rows a warp, 16 bytes a lane).
+  const int token0 = blockIdx.x * kTokens;
+  stage_hidden(p, plan, hidden_s, token0, warp, lane);
   for (int k = 2 * warp + lane / 16; k < plan.down_rows; k += 2 * kWarps) {
     const int c = 4 * (lane % 16);
     if (c >= plan.rank_cols) continue;
@@ -194,90 +192,76 @@ __global__ void __launch_bounds__(kThreads, 1)
   wait_copies<1>();
   __syncthreads();
 
-  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
-    const int token0 = tile * kTokens;
-    if (tile != blockIdx.x) {  // the hidden rows copied in during the last tile's up product
-      wait_copies<0>();
-      __syncthreads();
-    }
-
-    // Down: latent^T[r][token] over this warp's 16 rows of D. Step s, fragment column c is row
-    // 16 warp + 8 s + c: lane (g, q) reads A (w_down^T) at rows q, q + 4 and latent rows g, g + 8
-    // of each 16-row tile t, and B (hidden^T) at token g.
-    if (warp_has_rows) {
-      float down[kDownTiles][4] = {};
-      const float* a_rows = w_down_s + (kWarpRows * warp + tig) * plan.rank_stride + gid;
-      const float* b_row = hidden_s + gid * plan.hidden_stride + kWarpRows * warp + tig;
+  // Down: latent^T[r][token] over this warp's 16 rows of D. Step s, fragment column c is row
+  // 16 warp + 8 s + c: lane (g, q) reads A (w_down^T) at rows q, q + 4 and latent rows g, g + 8
+  // of each 16-row tile t, and B (hidden^T) at token g.
+  if (warp_has_rows) {
+    float down[kDownTiles][4] = {};
+    const float* a_rows = w_down_s + (kWarpRows * warp + tig) * plan.rank_stride + gid;
+    const float* b_row = hidden_s + gid * plan.hidden_stride + kWarpRows * warp + tig;
 #pragma unroll
-      for (int s = 0; s < kDownSteps; ++s) {
-        const Split b0 = split_tf32(b_row[8 * s]), b1 = split_tf32(b_row[8 * s + 4]);
-        const float* row0 = a_rows + 8 * s * plan.rank_stride;
-        const float* row4 = row0 + 4 * plan.rank_stride;
-#pragma unroll
-        for (int t = 0; t < kDownTiles; ++t) {
-          if (t >= down_tiles) continue;
-          const float a[4] = {row0[16 * t], row0[16 * t + 8], row4[16 * t], row4[16 * t + 8]};
-          mma_3xtf32(down[t], a, b0, b1);
-        }
-      }
+    for (int s = 0; s < kDownSteps; ++s) {
+      const Split b0 = split_tf32(b_row[8 * s]), b1 = split_tf32(b_row[8 * s + 4]);
+      const float* row0 = a_rows + 8 * s * plan.rank_stride;
+      const float* row4 = row0 + 4 * plan.rank_stride;
 #pragma unroll
       for (int t = 0; t < kDownTiles; ++t) {
         if (t >= down_tiles) continue;
-        const int r = 16 * t + gid;
-        partial[warp][2 * tig][r] = down[t][0];
-        partial[warp][2 * tig + 1][r] = down[t][1];
-        partial[warp][2 * tig][r + 8] = down[t][2];
-        partial[warp][2 * tig + 1][r + 8] = down[t][3];
+        const float a[4] = {row0[16 * t], row0[16 * t + 8], row4[16 * t], row4[16 * t + 8]};
+        mma_3xtf32(down[t], a, b0, b1);
       }
-    }
-    wait_copies<0>();  // the first tile: the [K | V] columns
-    __syncthreads();
-
-    // The latent tile: the live warps' partials summed; rows past R are zeros for the up product.
-    for (int i = tid; i < kTokens * 8 * up_steps; i += kThreads) {
-      const int token = i / (8 * up_steps), r = i % (8 * up_steps);
-      float sum = 0.f;
-      if (r < R) {
-        for (int w = 0; w < live_warps; ++w) sum += partial[w][token][r];
-      }
-      latent[token][r] = sum;
-      const int t = token0 + token;
-      if (p.latent != nullptr && blockIdx.y == 0 && r < R && t < p.tokens) {
-        p.latent[token_offset(t, p.seq, p.latent_stride_batch, p.latent_stride_seq) + r] = sum;
-      }
-    }
-    __syncthreads();
-    // The next tile's hidden rows (every warp's down product is done), during the up product.
-    const int next = tile + gridDim.x;
-    if (next < p.num_tiles) {
-      stage_hidden(p, plan, hidden_s, next * kTokens, warp, lane);
-      commit_copies();
-    }
-
-    // Up: [K | V]^T[j][token] for this warp's 16 columns. Step s, fragment column c is latent
-    // row 8 s + c: lane (g, q) reads A at rows q, q + 4 and columns g, g + 8 of the warp's tile,
-    // and B (the latent tile) at token g.
-    if (!up_live) continue;
-    float up[4] = {};
-    const float* u_rows = w_up_s + tig * plan.column_stride + kWarpRows * warp + gid;
-#pragma unroll
-    for (int s = 0; s < kUpSteps; ++s) {
-      if (s >= up_steps) continue;
-      const Split b0 = split_tf32(latent[gid][8 * s + tig]);
-      const Split b1 = split_tf32(latent[gid][8 * s + tig + 4]);
-      const float* row0 = u_rows + 8 * s * plan.column_stride;
-      const float* row4 = row0 + 4 * plan.column_stride;
-      const float a[4] = {row0[0], row0[8], row4[0], row4[8]};
-      mma_3xtf32(up, a, b0, b1);
     }
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int t = token0 + 2 * tig + c;
-      if (t >= p.tokens) continue;
-      const int64_t token = token_offset(t, p.seq, p.out_stride_batch, p.out_stride_seq);
-      if (column_offset[0] >= 0) p.out[token + column_offset[0]] = up[c];
-      if (column_offset[1] >= 0) p.out[token + column_offset[1]] = up[2 + c];
+    for (int t = 0; t < kDownTiles; ++t) {
+      if (t >= down_tiles) continue;
+      const int r = 16 * t + gid;
+      partial[warp][2 * tig][r] = down[t][0];
+      partial[warp][2 * tig + 1][r] = down[t][1];
+      partial[warp][2 * tig][r + 8] = down[t][2];
+      partial[warp][2 * tig + 1][r + 8] = down[t][3];
     }
+  }
+  wait_copies<0>();  // the [K | V] columns
+  __syncthreads();
+
+  // The latent tile: the live warps' partials summed; rows past R are zeros for the up product.
+  for (int i = tid; i < kTokens * 8 * up_steps; i += kThreads) {
+    const int token = i / (8 * up_steps), r = i % (8 * up_steps);
+    float sum = 0.f;
+    if (r < R) {
+      for (int w = 0; w < live_warps; ++w) sum += partial[w][token][r];
+    }
+    latent[token][r] = sum;
+    const int t = token0 + token;
+    if (p.latent != nullptr && blockIdx.y == 0 && r < R && t < p.tokens) {
+      p.latent[token_offset(t, p.seq, p.latent_stride_batch, p.latent_stride_seq) + r] = sum;
+    }
+  }
+  __syncthreads();
+
+  // Up: [K | V]^T[j][token] for this warp's 16 columns. Step s, fragment column c is latent
+  // row 8 s + c: lane (g, q) reads A at rows q, q + 4 and columns g, g + 8 of the warp's tile,
+  // and B (the latent tile) at token g.
+  if (!up_live) return;
+  float up[4] = {};
+  const float* u_rows = w_up_s + tig * plan.column_stride + kWarpRows * warp + gid;
+#pragma unroll
+  for (int s = 0; s < kUpSteps; ++s) {
+    if (s >= up_steps) continue;
+    const Split b0 = split_tf32(latent[gid][8 * s + tig]);
+    const Split b1 = split_tf32(latent[gid][8 * s + tig + 4]);
+    const float* row0 = u_rows + 8 * s * plan.column_stride;
+    const float* row4 = row0 + 4 * plan.column_stride;
+    const float a[4] = {row0[0], row0[8], row4[0], row4[8]};
+    mma_3xtf32(up, a, b0, b1);
+  }
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int t = token0 + 2 * tig + c;
+    if (t >= p.tokens) continue;
+    const int64_t token = token_offset(t, p.seq, p.out_stride_batch, p.out_stride_seq);
+    if (column_offset[0] >= 0) p.out[token + column_offset[0]] = up[c];
+    if (column_offset[1] >= 0) p.out[token + column_offset[1]] = up[2 + c];
   }
 }
 
@@ -291,22 +275,14 @@ struct TcKernels {
   }
 };
 
-int up_tiles_per_block(const Problem& p, const DeviceFacts& f) {
-  const int64_t tiles = ceil_div<int64_t>(p.tokens(), kTokens);
-  const int64_t up_tiles = ceil_div<int64_t>(2 * p.kv_width(), 16);
-  const int per_block = fused_tc_up_tiles_per_block(tiles, up_tiles, f.sm_count);
-  const int fewest = static_cast<int>(ceil_div<int64_t>(up_tiles, 65535));  // gridDim.y limit
-  return per_block > fewest ? per_block : fewest;
-}
+int64_t token_tiles(const Problem& p) { return ceil_div<int64_t>(p.tokens(), kTokens); }
+int64_t up_tiles(const Problem& p) { return ceil_div<int64_t>(2 * p.kv_width(), 16); }
 
 }  // namespace
 
 bool fused_tensor_core_takes(const Problem& p, const Args& a, const DeviceFacts& f) {
   if (f.major < 8 || compiled_arch<kv_proj_fused_3xtf32>() < 80) return false;
-  if (!fused_use_tensor_core(p.tokens()) || p.model_dim > tiles::kFusedTcMaxModelDim ||
-      p.rank > kMaxRank || ceil_div<int64_t>(2 * p.kv_width(), 16) > int64_t{65535} * 16) {
-    return false;
-  }
+  if (p.model_dim > tiles::kFusedTcMaxModelDim || p.rank > kMaxRank) return false;
   // Every row copied in 16-byte pieces.
   if (p.model_dim % 4 != 0 || p.rank % 4 != 0 || p.kv_width() % 4 != 0 ||
       !float_rows_16_bytes(a.hidden, a.hidden_stride_seq) || a.hidden_stride_batch % 4 != 0 ||
@@ -315,8 +291,12 @@ bool fused_tensor_core_takes(const Problem& p, const Args& a, const DeviceFacts&
       !float_rows_16_bytes(a.w_up_v, a.w_up_v_stride_row)) {
     return false;
   }
-  const TcPlan plan(static_cast<int>(p.model_dim), static_cast<int>(p.rank),
-                    up_tiles_per_block(p, f));
+  const int per_block = fused_tc_up_tiles_per_block(token_tiles(p), up_tiles(p), f.sm_count);
+  if (!fused_use_tensor_core(token_tiles(p) * ceil_div<int64_t>(up_tiles(p), per_block),
+                             f.sm_count)) {
+    return false;
+  }
+  const TcPlan plan(static_cast<int>(p.model_dim), static_cast<int>(p.rank), per_block);
   return plan.bytes() + kStaticSmemBytes <= f.smem_optin;
 }
 
@@ -327,14 +307,12 @@ Status run_fused_tensor_core(const Problem& p, const Args& a, const DeviceFacts&
   const DeviceFacts& f = *prepared;
   TcParams k;
   copy_fused_args(p, a, k);
-  k.num_tiles = static_cast<int>(ceil_div<int64_t>(p.tokens(), kTokens));
-  k.up_tiles = static_cast<int>(ceil_div<int64_t>(2 * p.kv_width(), 16));
-  k.up_tiles_per_block = up_tiles_per_block(p, f);
+  k.up_tiles = static_cast<int>(up_tiles(p));  // within the grid's one wave: int
+  k.up_tiles_per_block = fused_tc_up_tiles_per_block(token_tiles(p), up_tiles(p), f.sm_count);
   const TcPlan plan(static_cast<int>(p.model_dim), static_cast<int>(p.rank),
                     k.up_tiles_per_block);
-  const int column_blocks = ceil_div(k.up_tiles, k.up_tiles_per_block);
-  const int per_column = f.sm_count / column_blocks > 0 ? f.sm_count / column_blocks : 1;
-  const dim3 grid(k.num_tiles < per_column ? k.num_tiles : per_column, column_blocks);
+  const dim3 grid(static_cast<unsigned>(token_tiles(p)),
+                  static_cast<unsigned>(ceil_div(k.up_tiles, k.up_tiles_per_block)));
   kv_proj_fused_3xtf32<<<grid, kThreads, plan.bytes(), stream>>>(k);
   return cuda_status(cudaGetLastError(), "kv_proj_fused_3xtf32 launch");
 }

@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "cuda/tile_sizes.h"
-#include "heuristics.h"
 
 namespace latentkv::testing {
 namespace {
@@ -200,37 +199,37 @@ std::vector<Case> edge_cases() {
     const int64_t t = kResidentEdgeTiles * tiles::kFusedResidentTokens + 1;
     width("fused-resident-up2n", n, t, kCudaFused);
   }
-  // cuda-fused's tensor-core configuration (16-byte rows: steps of 4), at T inside its window
-  // (heuristics.h) unless the edge is the window's: T around the window's ends (one past each is
-  // the FFMA configurations') and the 8-token MMA tile's tail, blocks that loop over several
-  // tiles (more than the SMs of any GPU with up to 160 at the window's top), batch edges inside
-  // a tile, a warp's 16 rows of w_down and the limit of 256, R around the down product's 16-row
-  // tiles and the limit of 64, 2N around one 16-column up tile and a block's 256 columns (past
-  // it, a second column block), and D, R, N off their tiles at once.
+  // cuda-fused's tensor-core configuration (16-byte rows: steps of 4). It runs where the cluster
+  // configuration would (the streaming grid of 4-token tiles x column splits past two blocks per
+  // SM) while its grid of 8-token tiles x column blocks is one wave: at the founding widths on an
+  // H200 (132 SMs), T in [529, 1056]; these shapes are inside that window there (elsewhere they
+  // run whichever configuration takes them). T at the window's ends and one past each, a full
+  // last tile, batch edges inside a tile, a warp's 16 rows of w_down and the limit of 256, R
+  // around the down product's 16-row tiles and the limit of 64, 2N around a block's 256 columns
+  // (past it, a second column block whose one up tile is partial), and D, R, N off their tiles at
+  // once. (2N within one 16-column tile never reaches it there: the streaming grid stays small.)
   {
-    const int64_t t0 = detail::kFusedTcMinTokens + 1;  // one token in its last tile
+    constexpr int64_t kSms = 132;
     auto tc = [&](const std::string& edge, const Problem& p) {
       const auto dims = "-t" + std::to_string(p.tokens()) + "-d" + std::to_string(p.model_dim) +
                         "-r" + std::to_string(p.rank) + "-n" + std::to_string(p.kv_width());
       list.add("fused-tc-" + edge + dims, p, kAllDtypes | kCudaFused);
     };
-    for (int64_t t : around(detail::kFusedTcMinTokens)) tc("min", shape(1, t, 256, 48, 4, 32));
-    tc("tile", shape(1, t0 + tiles::kFusedTcTokens - 2, 256, 48, 4, 32));
-    for (int64_t t : around(detail::kFusedTcMaxTokens)) tc("max", shape(1, t, 256, 48, 4, 32));
-    tc("loop", shape(1, detail::kFusedTcMaxTokens - 3, 256, 48, 4, 32));
-    tc("batch", shape(3, t0 / 3 + 2, 256, 48, 4, 32));
-    for (int64_t d : around(tiles::kFusedTcMaxModelDim / 16, 4)) {
-      tc("warp", shape(1, t0, d, 16, 2, 8));
+    for (int64_t t : around(4 * kSms + 1)) tc("first", shape(1, t, 256, 48, 4, 32));
+    tc("tile", shape(1, 4 * kSms + 8, 256, 48, 4, 32));
+    for (int64_t t : around(8 * kSms)) tc("last", shape(1, t, 256, 48, 4, 32));
+    tc("batch", shape(3, 181, 256, 48, 4, 32));
+    for (int64_t d : around(16, 4)) tc("warp", shape(1, 800, d, 16, 4, 32));
+    for (int64_t d : around(tiles::kFusedTcMaxModelDim, 4)) tc("maxd", shape(1, 800, d, 16, 4, 32));
+    for (int64_t r : around(16, 4)) tc("r16", shape(1, 800, 40, r, 4, 32));
+    for (int64_t r : around(tiles::kFusedTcMaxRank, 4)) tc("maxr", shape(1, 800, 40, r, 4, 32));
+    for (int64_t n : {124, 128}) {
+      tc("block", shape(1, 800, 24, 12, 1, n));
+      tc("block-h2", shape(1, 800, 24, 12, 2, n / 2));
     }
-    for (int64_t d : around(tiles::kFusedTcMaxModelDim, 4)) tc("maxd", shape(1, t0, d, 16, 2, 8));
-    for (int64_t r : around(16, 4)) tc("r16", shape(1, t0, 40, r, 2, 16));
-    for (int64_t r : around(tiles::kFusedTcMaxRank, 4)) tc("maxr", shape(1, t0, 40, r, 2, 16));
-    for (int64_t n : around(8, 4)) tc("up16", shape(1, t0, 24, 12, 1, n));
-    for (int64_t n : around(tiles::kFusedTcMaxUpTilesPerBlock * 8, 4)) {
-      tc("block", shape(1, t0, 24, 12, 1, n));
-      tc("block-h2", shape(1, t0, 24, 12, 2, n / 2));
-    }
-    tc("odd", shape(1, t0 + 4, 100, 40, 1, 36));
+    tc("block", shape(1, 500, 24, 12, 1, 132));
+    tc("block-h2", shape(1, 500, 24, 12, 2, 66));
+    tc("odd", shape(1, 500, 100, 40, 3, 44));
   }
   // Vector widths: D, R and N one off a multiple of the 16-byte vector (the slow path).
   for (int64_t d : around(tiles::kFusedVectorWidth * 9)) model_dim("fused-vec-d", d, kCudaFused);

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "heuristics.h"
+#include "cuda/tile_sizes.h"
 #include "testing.h"
 
 namespace latentkv::testing {
@@ -822,10 +822,8 @@ int device_sm_count() {
 }
 
 // The T of the cluster configuration at any width: past the streaming configuration's two blocks
-// per SM and past the tensor-core configuration's window (which takes aligned D <= 256, R <= 64).
-int64_t cluster_tokens() {
-  return std::max<int64_t>(8 * device_sm_count() + 1, detail::kFusedTcMaxTokens + 1);
-}
+// per SM and past the tensor-core configuration's one wave of 8-token tiles.
+int64_t cluster_tokens() { return 8 * device_sm_count() + 1; }
 
 // A few shapes small enough for compute-sanitizer, each in the cluster configuration: partial
 // last tiles, empty chunks, heads not a multiple of 4 wide.
@@ -875,20 +873,21 @@ TEST(GpuFusedCluster, ChunkEdges) {
   }
 }
 
-// ---- cuda-fused's tensor-core configuration (T in heuristics.h's window, D <= 256, R <= 64,
-// 16-byte rows) ----
-// Small enough for compute-sanitizer: the window's first T (a whole last tile) and one past it
-// (one token in the last tile), over two sequences that meet inside a tile, the window's top
-// (blocks looping over tiles on GPUs with fewer than 192 SMs), and D, R, N off their tiles. Each
-// under the layouts above (the padded and misaligned ones fall back to the FFMA configurations).
+// ---- cuda-fused's tensor-core configuration (the cluster configuration's T while its 8-token
+// tiles x column blocks fit the SMs once; D <= 256, R <= 64, 16-byte rows) ----
+// Small enough for compute-sanitizer: at the founding widths the window's first T (4 SMs + 1:
+// one token in the last tile), T = 4 SMs + 8 over two sequences that meet inside a tile, and its
+// last T (a tile per SM); small D and R; D, R, N off their tiles with 2N = 264 (a second column
+// block, its one up tile partial) and 2N = 248 (the last up tile partial). Each under the layouts
+// above (the padded and misaligned ones fall back to the FFMA configurations).
 TEST(GpuFusedTensorCore, WindowEdges) {
   SKIP_WITHOUT_CUDA();
-  const int64_t t0 = detail::kFusedTcMinTokens;
+  const int64_t sms = device_sm_count();
+  ASSERT_GT(sms, 0);
   for (const Problem& p :
-       {shape(1, t0, 256, 48, 4, 32), shape(1, t0 + 1, 256, 48, 4, 32),
-        shape(2, t0 / 2 + 3, 256, 48, 4, 32), shape(1, detail::kFusedTcMaxTokens, 256, 48, 4, 32),
-        shape(1, t0 + 5, 20, 12, 1, 4), shape(1, t0 + 3, 100, 40, 3, 12),
-        shape(1, t0 + 7, 64, 64, 2, 132)}) {
+       {shape(1, 4 * sms + 1, 256, 48, 4, 32), shape(2, 2 * sms + 4, 256, 48, 4, 32),
+        shape(1, 8 * sms, 256, 48, 4, 32), shape(1, 6 * sms + 3, 20, 12, 4, 32),
+        shape(1, 3 * sms + 5, 100, 40, 3, 44), shape(1, 6 * sms + 1, 64, 64, 2, 62)}) {
     expect_fused_layouts(p);
     if (HasFatalFailure()) return;
   }

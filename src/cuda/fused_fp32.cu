@@ -1,14 +1,16 @@
 // The fused float32 strategy (Strategy::kCudaFused): one launch computes the latent, K and V for
 // tiles of tokens, keeps the latent in shared memory and writes the stacked [2, B, S, H, Dh] output
-// (and the latent, when asked) directly. FFMA with float32 accumulation: the error against float64
-// stays near 1e-7 (no TF32).
+// (and the latent, when asked) directly. FFMA with float32 accumulation (error against float64
+// near 1e-7), except in the tensor-core configuration (3xTF32, near 1e-6).
 //
 // At one or two tokens of small widths the one-token configuration takes the call
 // (fused_fp32_one_token.cu: every load at kernel start, one round trip and three barriers).
-// Once the streaming configuration's grid passes 2 blocks per SM (heuristics.h), the cluster
-// configuration where it takes the call (fused_fp32_cluster.cu: sm_90, 16-byte aligned rows; a
-// cluster of blocks per token tile, each fetching its slice of the weights, every load issued at
-// kernel start). Everything else runs one of two tile configurations (tile_sizes.h), one kernel
+// Once the streaming configuration's grid passes 2 blocks per SM (heuristics.h), the tensor-core
+// configuration while its 8-token tiles fit the SMs once (fused_fp32_tensor_core.cu: D <= 256,
+// R <= 64, 16-byte rows; the operands staged in shared memory), else the cluster configuration
+// where it takes the call (fused_fp32_cluster.cu: sm_90, 16-byte aligned rows; a cluster of
+// blocks per token tile, each fetching its slice of the weights, every load issued at kernel
+// start). Everything else runs one of two tile configurations (tile_sizes.h), one kernel
 // template, kv_proj_fused_fp32 (any architecture):
 // - kStreamConfig (few tokens, or weights too large for shared memory): 4 tokens per block, one
 //   block per tile, weights read straight from L2. At the founding size (T=384, D=256, R=48,

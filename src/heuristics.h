@@ -173,17 +173,13 @@ inline bool fused_use_one_token(int64_t tokens) {
   return tokens >= 1 && tokens <= tiles::kFusedOneTokenMaxTokens;
 }
 // cuda-fused's tensor-core configuration (3xTF32; its kernel takes D <= 256, R <= 64), asked
-// where the cluster configuration would run (the streaming grid past two blocks per SM), for up to
-// this many of its 8-token tiles per block (its blocks fill the SMs once and loop over the tiles,
-// with three tiles' hidden rows in flight). One tile per block, founding widths, tensor-core /
-// FFMA configurations (same H200 run, 2026-12-02), us: T=576 6.68 / 7.39 (cluster), T=733 6.73 /
-// 7.42, T=1024 7.02 / 7.94; against the streaming configuration T=3 5.89 / 4.77, T=384 6.40 /
-// 6.14 and T=512 6.67 / 6.22 (every block stages all of w_down, so one SM's copy bandwidth bounds
-// it). Past one tile per block: predicted from one tile's ~1 us chain, not yet measured.
-constexpr int64_t kFusedTcMaxTilesPerBlock = 6;
-inline bool fused_use_tensor_core(int64_t tiles_per_block) {
-  return tiles_per_block <= kFusedTcMaxTilesPerBlock;
-}
+// where the cluster configuration would run (the streaming grid past two blocks per SM): while its
+// grid of 8-token tiles x column blocks is one wave. Founding widths, tensor-core / FFMA
+// configurations (same H200 run, 2026-12-02), us: T=576 6.68 / 7.39 (cluster), T=733 6.73 / 7.42,
+// T=1024 7.02 / 7.94; at two waves T=1280 10.4 / 8.88 and T=1536 10.4 / 9.44; against the
+// streaming configuration T=3 5.89 / 4.77, T=384 6.40 / 6.14 and T=512 6.67 / 6.22 (every block
+// stages all of w_down, so one SM's copy bandwidth bounds it).
+inline bool fused_use_tensor_core(int64_t blocks, int sm_count) { return blocks <= sm_count; }
 // ... its 16-column tiles of [K | V] per block: from 16 (one a warp) halved while the grid of
 // ceil(T / 8) token tiles x column blocks still fits the SMs once, down to this many (each block
 // of a token tile recomputes its latent). 8 and 4 were within 1% of each other at T=3..1024

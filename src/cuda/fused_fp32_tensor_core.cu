@@ -24,13 +24,10 @@
 // permuted (any consistent order of a reduction is the same sum): fragment column c of step s is
 // row 8 s + c' of the warp's slice with c' = 4 (c / 4) + (c % 4)... see kernel comments.
 //
-// Blocks are persistent over token tiles (gridDim.x of them stride over the tiles, as many as fit
-// the SMs once; the weights stay in shared memory and a ring of kStages tiles' hidden rows is in
-// flight) and gridDim.y of them share a tile's up product (up_tiles_per_block of the 16-column
-// tiles each, heuristics.h), each recomputing the tile's latent.
+// A block takes one token tile (blockIdx.x; the heuristics keep the grid within one wave) and
+// gridDim.y of them share its up product (up_tiles_per_block of the 16-column tiles each,
+// heuristics.h), each recomputing the tile's latent.
 #include <cuda_runtime.h>
-
-#include <algorithm>
 
 #include "cuda/common.h"
 #include "cuda/cuda_check.h"
@@ -50,7 +47,6 @@ constexpr int kTokens = tiles::kFusedTcTokens;                 // the MMA's N
 constexpr int kWarpRows = tiles::kFusedTcMaxModelDim / kWarps;  // w_down rows per warp: 16
 constexpr int kDownSteps = kWarpRows / 8;                       // K steps of 8 per warp: 2
 constexpr int kMaxRank = tiles::kFusedTcMaxRank;
-constexpr int kStages = tiles::kFusedTcHiddenStages;  // token tiles' hidden rows in flight
 constexpr int kDownTiles = kMaxRank / 16;  // latent rows in 16-row MMA tiles: at most 4
 constexpr int kUpSteps = kMaxRank / 8;     // K steps of the up product: at most 8
 // Row strides of the staged tiles, in floats. An A fragment read puts lane (g, q) at row q,
@@ -65,19 +61,17 @@ static_assert(tiles::kFusedTcMaxUpTilesPerBlock == kWarps, "a block's up tiles: 
 static_assert(kLatentStride % 32 == 4, "B reads of the latent tile conflict-free");
 
 struct TcParams : FusedParamsBase {
-  int num_tiles;           // ceil(T / kTokens)
   int up_tiles;            // ceil(2N / 16): the 16-column tiles of [K | V]
   int up_tiles_per_block;  // of them, per block (gridDim.y = ceil(up_tiles / this))
 };
 
 // The dynamic shared memory of a block, in floats: w_down [round_up(D, 16)][rank_stride], the
-// block's [K | V] columns [round_up(R, 8)][column_stride], kStages hidden tiles
-// [kStages][8][hidden_stride]. Everything a fragment reads outside the matrices is zero-filled.
+// block's [K | V] columns [round_up(R, 8)][column_stride], the hidden tile [8][hidden_stride].
+// Everything a fragment reads outside the matrices is zero-filled.
 struct TcPlan {
   int down_rows, rank_cols, rank_stride;  // w_down rows staged (zeros past D), columns (past R)
   int up_rows, up_cols, column_stride;    // [K | V] rows staged (zeros past R), columns per block
   int hidden_cols, hidden_stride;         // hidden columns staged (zeros past D)
-  int hidden_stage;                       // floats per hidden tile
   int w_up, hidden, total;                // offsets of the second and third tiles; size
   __host__ __device__ TcPlan(int d, int r, int up_tiles_per_block) {
     down_rows = round_up(d, 16);
@@ -90,8 +84,7 @@ struct TcPlan {
     hidden_stride = round_up(d, 32) + 4;
     w_up = down_rows * rank_stride;
     hidden = w_up + up_rows * column_stride;
-    hidden_stage = kTokens * hidden_stride;
-    total = hidden + kStages * hidden_stage;
+    total = hidden + kTokens * hidden_stride;
   }
   size_t bytes() const { return sizeof(float) * static_cast<size_t>(total); }
 };
@@ -149,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const TcPlan plan(p.model_dim, p.rank, p.up_tiles_per_block);
   float* w_down_s = reinterpret_cast<float*>(smem_tc);  // [down_rows][rank_stride]
   float* w_up_s = w_down_s + plan.w_up;                 // [up_rows][column_stride]
-  float* hidden_ring = w_down_s + plan.hidden;          // [kStages][kTokens][hidden_stride]
+  float* hidden_s = w_down_s + plan.hidden;             // [kTokens][hidden_stride]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int gid = lane / 4, tig = lane % 4;  // the MMA fragments' row group and column
@@ -159,8 +152,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int live_warps = (D + kWarpRows - 1) / kWarpRows;
   const int column0 = blockIdx.y * plan.up_cols;  // the block's first column of [K | V]
 
-  // Group 0: the first tile's hidden rows and w_down (two rows a warp, 16 bytes a lane).
-  stage_hidden(p, plan, hidden_ring, blockIdx.x * kTokens, warp, lane);
+  // Group 0: the tile's hidden rows and w_down (two rows a warp, 16 bytes a lane).
+  const int token0 = blockIdx.x * kTokens;
+  stage_hidden(p, plan, hidden_s, token0, warp, lane);
   for (int k = 2 * warp + lane / 16; k < plan.down_rows; k += 2 * kWarps) {
     const int c = 4 * (lane % 16);
     if (c >= plan.rank_cols) continue;
@@ -181,15 +175,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   commit_copies();
-  // Groups 2 .. kStages: the next tiles' hidden rows, one group each (empty past the last tile, so
-  // that the groups still count the same).
-  for (int s = 1; s < kStages; ++s) {
-    const int tile = blockIdx.x + s * gridDim.x;
-    if (tile < p.num_tiles) {
-      stage_hidden(p, plan, hidden_ring + s * plan.hidden_stage, tile * kTokens, warp, lane);
-    }
-    commit_copies();
-  }
 
   // Where this warp's up accumulators go: out's offset of column j = column0 + 16 warp + g (+ 8),
   // -1 past 2N or for a warp without a tile.
@@ -204,96 +189,79 @@ __global__ void __launch_bounds__(kThreads, 1)
             ? kv * p.out_stride_kv + int64_t{n / p.head_dim} * p.out_stride_head + n % p.head_dim
             : -1;
   }
-  // Tile j of this block is tile blockIdx.x + j gridDim.x, its hidden rows in ring slot
-  // j % kStages; the slot is refilled with tile j + kStages's rows once every warp's down product
-  // of tile j is done, and that copy runs during the tile's up product and the next tiles.
-  for (int j = 0, tile = blockIdx.x; tile < p.num_tiles; ++j, tile += gridDim.x) {
-    const int token0 = tile * kTokens;
-    float* hidden_s = hidden_ring + (j % kStages) * plan.hidden_stage;
-    // Committed after this tile's hidden rows: at j = 0 the up columns and kStages - 1 hidden
-    // groups, later kStages - 1 hidden groups.
-    if (j == 0) {
-      wait_copies<kStages>();
-    } else {
-      wait_copies<kStages - 1>();
-    }
-    __syncthreads();
+  wait_copies<1>();
+  __syncthreads();
 
-    // Down: latent^T[r][token] over this warp's 16 rows of D. Step s, fragment column c is row
-    // 16 warp + 8 s + c: lane (g, q) reads A (w_down^T) at rows q, q + 4 and latent rows g, g + 8
-    // of each 16-row tile t, and B (hidden^T) at token g.
-    if (warp_has_rows) {
-      float down[kDownTiles][4] = {};
-      const float* a_rows = w_down_s + (kWarpRows * warp + tig) * plan.rank_stride + gid;
-      const float* b_row = hidden_s + gid * plan.hidden_stride + kWarpRows * warp + tig;
+  // Down: latent^T[r][token] over this warp's 16 rows of D. Step s, fragment column c is row
+  // 16 warp + 8 s + c: lane (g, q) reads A (w_down^T) at rows q, q + 4 and latent rows g, g + 8
+  // of each 16-row tile t, and B (hidden^T) at token g.
+  if (warp_has_rows) {
+    float down[kDownTiles][4] = {};
+    const float* a_rows = w_down_s + (kWarpRows * warp + tig) * plan.rank_stride + gid;
+    const float* b_row = hidden_s + gid * plan.hidden_stride + kWarpRows * warp + tig;
 #pragma unroll
-      for (int s = 0; s < kDownSteps; ++s) {
-        const Split b0 = split_tf32(b_row[8 * s]), b1 = split_tf32(b_row[8 * s + 4]);
-        const float* row0 = a_rows + 8 * s * plan.rank_stride;
-        const float* row4 = row0 + 4 * plan.rank_stride;
-#pragma unroll
-        for (int t = 0; t < kDownTiles; ++t) {
-          if (t >= down_tiles) continue;
-          const float a[4] = {row0[16 * t], row0[16 * t + 8], row4[16 * t], row4[16 * t + 8]};
-          mma_3xtf32(down[t], a, b0, b1);
-        }
-      }
+    for (int s = 0; s < kDownSteps; ++s) {
+      const Split b0 = split_tf32(b_row[8 * s]), b1 = split_tf32(b_row[8 * s + 4]);
+      const float* row0 = a_rows + 8 * s * plan.rank_stride;
+      const float* row4 = row0 + 4 * plan.rank_stride;
 #pragma unroll
       for (int t = 0; t < kDownTiles; ++t) {
         if (t >= down_tiles) continue;
-        const int r = 16 * t + gid;
-        partial[warp][2 * tig][r] = down[t][0];
-        partial[warp][2 * tig + 1][r] = down[t][1];
-        partial[warp][2 * tig][r + 8] = down[t][2];
-        partial[warp][2 * tig + 1][r + 8] = down[t][3];
+        const float a[4] = {row0[16 * t], row0[16 * t + 8], row4[16 * t], row4[16 * t + 8]};
+        mma_3xtf32(down[t], a, b0, b1);
       }
-    }
-    if (j == 0) wait_copies<kStages - 1>();  // the [K | V] columns
-    __syncthreads();
-
-    // The latent tile: the live warps' partials summed; rows past R are zeros for the up product.
-    for (int i = tid; i < kTokens * 8 * up_steps; i += kThreads) {
-      const int token = i / (8 * up_steps), r = i % (8 * up_steps);
-      float sum = 0.f;
-      if (r < R) {
-        for (int w = 0; w < live_warps; ++w) sum += partial[w][token][r];
-      }
-      latent[token][r] = sum;
-      const int t = token0 + token;
-      if (p.latent != nullptr && blockIdx.y == 0 && r < R && t < p.tokens) {
-        p.latent[token_offset(t, p.seq, p.latent_stride_batch, p.latent_stride_seq) + r] = sum;
-      }
-    }
-    __syncthreads();
-    // Tile j + kStages's hidden rows into this tile's slot (every warp's down product is done).
-    const int ahead = tile + kStages * gridDim.x;
-    if (ahead < p.num_tiles) stage_hidden(p, plan, hidden_s, ahead * kTokens, warp, lane);
-    commit_copies();
-
-    // Up: [K | V]^T[j][token] for this warp's 16 columns. Step s, fragment column c is latent
-    // row 8 s + c: lane (g, q) reads A at rows q, q + 4 and columns g, g + 8 of the warp's tile,
-    // and B (the latent tile) at token g.
-    if (!up_live) continue;
-    float up[4] = {};
-    const float* u_rows = w_up_s + tig * plan.column_stride + kWarpRows * warp + gid;
-#pragma unroll
-    for (int s = 0; s < kUpSteps; ++s) {
-      if (s >= up_steps) continue;
-      const Split b0 = split_tf32(latent[gid][8 * s + tig]);
-      const Split b1 = split_tf32(latent[gid][8 * s + tig + 4]);
-      const float* row0 = u_rows + 8 * s * plan.column_stride;
-      const float* row4 = row0 + 4 * plan.column_stride;
-      const float a[4] = {row0[0], row0[8], row4[0], row4[8]};
-      mma_3xtf32(up, a, b0, b1);
     }
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int t = token0 + 2 * tig + c;
-      if (t >= p.tokens) continue;
-      const int64_t token = token_offset(t, p.seq, p.out_stride_batch, p.out_stride_seq);
-      if (column_offset[0] >= 0) p.out[token + column_offset[0]] = up[c];
-      if (column_offset[1] >= 0) p.out[token + column_offset[1]] = up[2 + c];
+    for (int t = 0; t < kDownTiles; ++t) {
+      if (t >= down_tiles) continue;
+      const int r = 16 * t + gid;
+      partial[warp][2 * tig][r] = down[t][0];
+      partial[warp][2 * tig + 1][r] = down[t][1];
+      partial[warp][2 * tig][r + 8] = down[t][2];
+      partial[warp][2 * tig + 1][r + 8] = down[t][3];
     }
+  }
+  wait_copies<0>();  // the [K | V] columns
+  __syncthreads();
+
+  // The latent tile: the live warps' partials summed; rows past R are zeros for the up product.
+  for (int i = tid; i < kTokens * 8 * up_steps; i += kThreads) {
+    const int token = i / (8 * up_steps), r = i % (8 * up_steps);
+    float sum = 0.f;
+    if (r < R) {
+      for (int w = 0; w < live_warps; ++w) sum += partial[w][token][r];
+    }
+    latent[token][r] = sum;
+    const int t = token0 + token;
+    if (p.latent != nullptr && blockIdx.y == 0 && r < R && t < p.tokens) {
+      p.latent[token_offset(t, p.seq, p.latent_stride_batch, p.latent_stride_seq) + r] = sum;
+    }
+  }
+  __syncthreads();
+
+  // Up: [K | V]^T[j][token] for this warp's 16 columns. Step s, fragment column c is latent
+  // row 8 s + c: lane (g, q) reads A at rows q, q + 4 and columns g, g + 8 of the warp's tile,
+  // and B (the latent tile) at token g.
+  if (!up_live) return;
+  float up[4] = {};
+  const float* u_rows = w_up_s + tig * plan.column_stride + kWarpRows * warp + gid;
+#pragma unroll
+  for (int s = 0; s < kUpSteps; ++s) {
+    if (s >= up_steps) continue;
+    const Split b0 = split_tf32(latent[gid][8 * s + tig]);
+    const Split b1 = split_tf32(latent[gid][8 * s + tig + 4]);
+    const float* row0 = u_rows + 8 * s * plan.column_stride;
+    const float* row4 = row0 + 4 * plan.column_stride;
+    const float a[4] = {row0[0], row0[8], row4[0], row4[8]};
+    mma_3xtf32(up, a, b0, b1);
+  }
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int t = token0 + 2 * tig + c;
+    if (t >= p.tokens) continue;
+    const int64_t token = token_offset(t, p.seq, p.out_stride_batch, p.out_stride_seq);
+    if (column_offset[0] >= 0) p.out[token + column_offset[0]] = up[c];
+    if (column_offset[1] >= 0) p.out[token + column_offset[1]] = up[2 + c];
   }
 }
 
@@ -310,22 +278,6 @@ struct TcKernels {
 int64_t token_tiles(const Problem& p) { return ceil_div<int64_t>(p.tokens(), kTokens); }
 int64_t up_tiles(const Problem& p) { return ceil_div<int64_t>(2 * p.kv_width(), 16); }
 
-// The grid: column blocks of up_tiles_per_block up tiles, and as many token tiles' blocks per
-// column block as fit the SMs once (at least one), each looping over its share of the tiles.
-struct TcGrid {
-  int up_tiles_per_block;
-  int64_t column_blocks, tile_blocks;
-  TcGrid(const Problem& p, const DeviceFacts& f) {
-    up_tiles_per_block = fused_tc_up_tiles_per_block(token_tiles(p), up_tiles(p), f.sm_count);
-    column_blocks = ceil_div<int64_t>(up_tiles(p), up_tiles_per_block);
-    const int64_t per_column = std::max<int64_t>(f.sm_count / column_blocks, 1);
-    tile_blocks = std::min(token_tiles(p), per_column);
-  }
-  int64_t tiles_per_block(const Problem& p) const {
-    return ceil_div<int64_t>(token_tiles(p), tile_blocks);
-  }
-};
-
 }  // namespace
 
 bool fused_tensor_core_takes(const Problem& p, const Args& a, const DeviceFacts& f) {
@@ -339,10 +291,12 @@ bool fused_tensor_core_takes(const Problem& p, const Args& a, const DeviceFacts&
       !float_rows_16_bytes(a.w_up_v, a.w_up_v_stride_row)) {
     return false;
   }
-  const TcGrid grid(p, f);
-  if (grid.column_blocks > 65535 || !fused_use_tensor_core(grid.tiles_per_block(p))) return false;
-  const TcPlan plan(static_cast<int>(p.model_dim), static_cast<int>(p.rank),
-                    grid.up_tiles_per_block);
+  const int per_block = fused_tc_up_tiles_per_block(token_tiles(p), up_tiles(p), f.sm_count);
+  if (!fused_use_tensor_core(token_tiles(p) * ceil_div<int64_t>(up_tiles(p), per_block),
+                             f.sm_count)) {
+    return false;
+  }
+  const TcPlan plan(static_cast<int>(p.model_dim), static_cast<int>(p.rank), per_block);
   return plan.bytes() + kStaticSmemBytes <= f.smem_optin;
 }
 
@@ -353,15 +307,13 @@ Status run_fused_tensor_core(const Problem& p, const Args& a, const DeviceFacts&
   const DeviceFacts& f = *prepared;
   TcParams k;
   copy_fused_args(p, a, k);
-  const TcGrid grid(p, f);
-  k.num_tiles = static_cast<int>(token_tiles(p));  // at most kFusedTcMaxTilesPerBlock x SMs
-  k.up_tiles = static_cast<int>(up_tiles(p));      // at most 16 x 65535
-  k.up_tiles_per_block = grid.up_tiles_per_block;
+  k.up_tiles = static_cast<int>(up_tiles(p));  // within the grid's one wave: int
+  k.up_tiles_per_block = fused_tc_up_tiles_per_block(token_tiles(p), up_tiles(p), f.sm_count);
   const TcPlan plan(static_cast<int>(p.model_dim), static_cast<int>(p.rank),
                     k.up_tiles_per_block);
-  const dim3 blocks(static_cast<unsigned>(grid.tile_blocks),
-                    static_cast<unsigned>(grid.column_blocks));
-  kv_proj_fused_3xtf32<<<blocks, kThreads, plan.bytes(), stream>>>(k);
+  const dim3 grid(static_cast<unsigned>(token_tiles(p)),
+                  static_cast<unsigned>(ceil_div(k.up_tiles, k.up_tiles_per_block)));
+  kv_proj_fused_3xtf32<<<grid, kThreads, plan.bytes(), stream>>>(k);
   return cuda_status(cudaGetLastError(), "kv_proj_fused_3xtf32 launch");
 }
 

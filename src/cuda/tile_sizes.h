@@ -43,7 +43,6 @@ constexpr int kFusedTcTokens = 8;
 constexpr int kFusedTcMaxModelDim = 256;
 constexpr int kFusedTcMaxRank = 64;
 constexpr int kFusedTcMaxUpTilesPerBlock = 16;  // one per warp: 256 of the 2N columns
-constexpr int kFusedTcHiddenStages = 3;  // token tiles' hidden rows in flight per block
 // Cluster configuration (fused_fp32_cluster.cu, sm_90, 16-byte aligned rows): a cluster of C
 // blocks per token tile (C from heuristics.h), block b taking D chunk b of the down projection and
 // column chunk b of the up one, so each fetches 1/C of the weights in one round trip. 8 is the

@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "cuda/tile_sizes.h"
-#include "heuristics.h"
 
 namespace latentkv::testing {
 namespace {
@@ -202,15 +201,13 @@ std::vector<Case> edge_cases() {
   }
   // cuda-fused's tensor-core configuration (16-byte rows: steps of 4). It runs where the cluster
   // configuration would (the streaming grid of 4-token tiles x column splits past two blocks per
-  // SM) for up to 6 of its 8-token tiles per block: at the founding widths on an H200 (132 SMs),
-  // T in [529, 6336]; these shapes are inside that window there (elsewhere they run whichever
-  // configuration takes them). T at the window's ends and one past each, a full last tile, one
-  // tile per block and one past it, a block's fifth tile (the ring of three hidden tiles reused),
-  // batch edges inside a tile, a warp's 16 rows of w_down and the limit of 256, R around the down
-  // product's 16-row tiles and the limit of 64, 2N around a block's 256 columns (past it, a
-  // second column block whose one up tile is partial; also looping), and D, R, N off their tiles
-  // at once. (2N within one 16-column tile never reaches it there: the streaming grid stays
-  // small.)
+  // SM) while its grid of 8-token tiles x column blocks is one wave: at the founding widths on an
+  // H200 (132 SMs), T in [529, 1056]; these shapes are inside that window there (elsewhere they
+  // run whichever configuration takes them). T at the window's ends and one past each, a full
+  // last tile, batch edges inside a tile, a warp's 16 rows of w_down and the limit of 256, R
+  // around the down product's 16-row tiles and the limit of 64, 2N around a block's 256 columns
+  // (past it, a second column block whose one up tile is partial), and D, R, N off their tiles at
+  // once. (2N within one 16-column tile never reaches it there: the streaming grid stays small.)
   {
     constexpr int64_t kSms = 132;
     auto tc = [&](const std::string& edge, const Problem& p) {
@@ -220,11 +217,7 @@ std::vector<Case> edge_cases() {
     };
     for (int64_t t : around(4 * kSms + 1)) tc("first", shape(1, t, 256, 48, 4, 32));
     tc("tile", shape(1, 4 * kSms + 8, 256, 48, 4, 32));
-    for (int64_t t : around(8 * kSms)) tc("wave", shape(1, t, 256, 48, 4, 32));
-    tc("ring", shape(1, 8 * (4 * kSms + 3) + 5, 256, 48, 4, 32));
-    for (int64_t t : around(8 * detail::kFusedTcMaxTilesPerBlock * kSms)) {
-      tc("last", shape(1, t, 256, 48, 4, 32));
-    }
+    for (int64_t t : around(8 * kSms)) tc("last", shape(1, t, 256, 48, 4, 32));
     tc("batch", shape(3, 181, 256, 48, 4, 32));
     for (int64_t d : around(16, 4)) tc("warp", shape(1, 800, d, 16, 4, 32));
     for (int64_t d : around(tiles::kFusedTcMaxModelDim, 4)) tc("maxd", shape(1, 800, d, 16, 4, 32));
@@ -235,7 +228,6 @@ std::vector<Case> edge_cases() {
       tc("block-h2", shape(1, 800, 24, 12, 2, n / 2));
     }
     tc("block", shape(1, 500, 24, 12, 1, 132));
-    tc("block-ring", shape(1, 2000, 24, 12, 1, 132));
     tc("block-h2", shape(1, 500, 24, 12, 2, 66));
     tc("odd", shape(1, 500, 100, 40, 3, 44));
   }

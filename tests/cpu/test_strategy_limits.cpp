@@ -182,8 +182,8 @@ TEST(MlaDecodeDispatch, SixteenTokensOrMoreInWindowsOnSmallWeights) {
 }
 
 // The launchers' variants at the measured points (heuristics.h): cuda-fused's one-token
-// configuration at T = 1 and 2 only, its tensor-core one for up to 6 tiles per block (T = 6144
-// on 132 SMs; one column block of 16 up tiles at 92 token tiles, two of 8 where 48 x 2 blocks fit
+// configuration at T = 1 and 2 only, its tensor-core one within one wave (T = 1024 on 132 SMs,
+// not 1280; one column block of 16 up tiles at 92 token tiles, two of 8 where 48 x 2 blocks fit
 // the SMs); cuda-mla-decode's fold where stage B's blocks read at most 4 MB of partials (V2-Lite at
 // T = 1: 64 blocks x 8 chunks x 576 rows x 4 B; not V3: 512 x 15), and the whole-row K2 at no
 // more than two round trips of partial loads (V2-Lite's 8 chunks at 4 a trip; not V3's 15).
@@ -192,9 +192,8 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_TRUE(detail::fused_use_one_token(1));
   EXPECT_TRUE(detail::fused_use_one_token(2));
   EXPECT_FALSE(detail::fused_use_one_token(3));
-  EXPECT_TRUE(detail::fused_use_tensor_core(1));
-  EXPECT_TRUE(detail::fused_use_tensor_core(6));   // T = 6144 on 132 SMs: 768 tiles
-  EXPECT_FALSE(detail::fused_use_tensor_core(7));
+  EXPECT_TRUE(detail::fused_use_tensor_core(128, 132));  // T = 1024: 128 tiles, one block each
+  EXPECT_FALSE(detail::fused_use_tensor_core(160, 132));  // T = 1280: a second wave
   EXPECT_EQ(detail::fused_tc_up_tiles_per_block(92, 16, 132), 16);  // T = 733, 2N = 256
   EXPECT_EQ(detail::fused_tc_up_tiles_per_block(48, 16, 132), 8);   // T = 384: two column blocks
   EXPECT_TRUE(detail::mla_decode_fold_epilogue(int64_t{64} * 8 * 576 * 4));

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "heuristics.h"
+#include "cuda/tile_sizes.h"
 #include "testing.h"
 
 namespace latentkv::testing {
@@ -822,10 +822,8 @@ int device_sm_count() {
 }
 
 // The T of the cluster configuration at any width: past the streaming configuration's two blocks
-// per SM and past the tensor-core configuration's 8-token tiles per block.
-int64_t cluster_tokens() {
-  return 8 * detail::kFusedTcMaxTilesPerBlock * device_sm_count() + 1;
-}
+// per SM and past the tensor-core configuration's one wave of 8-token tiles.
+int64_t cluster_tokens() { return 8 * device_sm_count() + 1; }
 
 // A few shapes small enough for compute-sanitizer, each in the cluster configuration: partial
 // last tiles, empty chunks, heads not a multiple of 4 wide.
@@ -840,8 +838,7 @@ TEST(GpuFusedCluster, SmallEdges) {
 }
 
 // T around each change of the cluster configuration's tile (4 to 32 tokens, from ceil(2 T /
-// SMs): edges at multiples of SMs / 2), at D = 260 (past the tensor-core configuration's 256)
-// and at the founding widths (the tensor-core configuration from T = 4 SMs + 1).
+// SMs): edges at multiples of SMs / 2); inside the tensor-core window the aligned calls go there.
 TEST(GpuFusedCluster, TokenTileEdges) {
   SKIP_WITHOUT_CUDA();
   const int64_t sms = device_sm_count();
@@ -852,10 +849,8 @@ TEST(GpuFusedCluster, TokenTileEdges) {
     for (int64_t t : {edge - 1, edge, edge + 1}) tokens.push_back(t);
   }
   for (int64_t t : tokens) {
-    for (int64_t d : {260, 256}) {
-      expect_fused_layouts(shape(1, t, d, 48, 4, 32));
-      if (HasFatalFailure()) return;
-    }
+    expect_fused_layouts(shape(1, t, 256, 48, 4, 32));
+    if (HasFatalFailure()) return;
   }
   expect_fused_layouts(shape(4, 96, 256, 48, 4, 32));  // the founding case, B > 1
 }
@@ -878,26 +873,21 @@ TEST(GpuFusedCluster, ChunkEdges) {
   }
 }
 
-// ---- cuda-fused's tensor-core configuration (the cluster configuration's T up to 6 of its
-// 8-token tiles per block; D <= 256, R <= 64, 16-byte rows) ----
-// At the founding widths the window's first T (4 SMs + 1: one token in the last tile), T = 4 SMs
-// + 8 over two sequences that meet inside a tile, one tile per block and one past it (the second
-// tile), a block's fourth and fifth tiles (the ring of three hidden tiles reused), its last T (6
-// tiles per block); small D and R; D, R, N off their tiles with 2N = 264 (a second column block,
-// its one up tile partial; also looping) and 2N = 248 (the last up tile partial). Each under the
-// layouts above (the padded and misaligned ones fall back to the FFMA configurations).
+// ---- cuda-fused's tensor-core configuration (the cluster configuration's T while its 8-token
+// tiles x column blocks fit the SMs once; D <= 256, R <= 64, 16-byte rows) ----
+// Small enough for compute-sanitizer: at the founding widths the window's first T (4 SMs + 1:
+// one token in the last tile), T = 4 SMs + 8 over two sequences that meet inside a tile, and its
+// last T (a tile per SM); small D and R; D, R, N off their tiles with 2N = 264 (a second column
+// block, its one up tile partial) and 2N = 248 (the last up tile partial). Each under the layouts
+// above (the padded and misaligned ones fall back to the FFMA configurations).
 TEST(GpuFusedTensorCore, WindowEdges) {
   SKIP_WITHOUT_CUDA();
   const int64_t sms = device_sm_count();
   ASSERT_GT(sms, 0);
-  const int64_t last = 8 * detail::kFusedTcMaxTilesPerBlock * sms;
   for (const Problem& p :
        {shape(1, 4 * sms + 1, 256, 48, 4, 32), shape(2, 2 * sms + 4, 256, 48, 4, 32),
-        shape(1, 8 * sms, 256, 48, 4, 32), shape(1, 8 * sms + 1, 256, 48, 4, 32),
-        shape(1, 8 * (4 * sms + 5) + 3, 256, 48, 4, 32), shape(1, last, 256, 48, 4, 32),
-        shape(1, 6 * sms + 3, 20, 12, 4, 32), shape(1, 3 * sms + 5, 100, 40, 3, 44),
-        shape(1, 8 * (3 * (sms / 2) + 5) + 1, 100, 40, 3, 44),
-        shape(1, 6 * sms + 1, 64, 64, 2, 62)}) {
+        shape(1, 8 * sms, 256, 48, 4, 32), shape(1, 6 * sms + 3, 20, 12, 4, 32),
+        shape(1, 3 * sms + 5, 100, 40, 3, 44), shape(1, 6 * sms + 1, 64, 64, 2, 62)}) {
     expect_fused_layouts(p);
     if (HasFatalFailure()) return;
   }

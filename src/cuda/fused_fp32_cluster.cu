@@ -24,6 +24,7 @@
 
 #include "cuda/common.h"
 #include "cuda/cuda_check.h"
+#include "cuda/kernel_args.h"
 #include "cuda/ptx.h"
 #include "cuda/tile_sizes.h"
 #include "heuristics.h"

@@ -5,23 +5,8 @@
 
 #include "latentkv/latentkv.h"
 #include "cuda/device_facts.h"
-#include "cuda/kernel_args.h"
 
 namespace latentkv::detail {
-
-// What both cuda-fused kernels' parameters hold beyond the shared ones: the optional latent output.
-struct FusedParamsBase : ActivationParams<float>, WeightParams<float> {
-  float* latent;  // [B, S, R] or null
-  int64_t latent_stride_batch, latent_stride_seq;
-};
-
-inline void copy_fused_args(const Problem& p, const Args& a, FusedParamsBase& k) {
-  copy_activation_args<float>(p, a, k);
-  copy_weight_args<float>(a, k);
-  k.latent = static_cast<float*>(a.latent);
-  k.latent_stride_batch = a.latent_stride_batch;
-  k.latent_stride_seq = a.latent_stride_seq;
-}
 
 // Whether the cluster kernel takes this call: sm_90 code and device, 16-byte aligned rows of every
 // input (D, R, N, the strides and the pointers), and its shared-memory plan within the device's

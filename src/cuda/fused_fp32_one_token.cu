@@ -15,8 +15,8 @@
 
 #include "cuda/common.h"
 #include "cuda/cuda_check.h"
-#include "cuda/fused_fp32_cluster.h"
 #include "cuda/fused_fp32_one_token.h"
+#include "cuda/kernel_args.h"
 #include "cuda/tile_sizes.h"
 #include "heuristics.h"
 

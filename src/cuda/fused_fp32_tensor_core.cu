@@ -5,9 +5,10 @@
 // The FFMA configurations are instruction-bound chains (ncu: ~1,400 warp instructions per warp at
 // ~8 cycles each, FFMA 14% of them). Here each MMA does 1,024 multiply-adds, and the operands come
 // from shared memory at immediate offsets, so a warp's chain is a few hundred instructions. It
-// pays where ~100-200 token tiles cover the SMs about once (the cluster configuration's region);
-// with fewer tiles, every block's copy of all of w_down bounds it, and with more, the resident
-// FFMA configuration reads the weights as rarely and computes as fast:
+// pays where ~70-132 token tiles cover the SMs once (inside the cluster configuration's region):
+// with fewer tiles, every block's copy of all of w_down bounds it, and each further tile per
+// block adds its whole chain (~3 us), where the cluster and resident FFMA configurations are
+// faster:
 // - the block stages its inputs with cp.async at kernel start, in two groups: the token tile's
 //   hidden rows and w_down whole (the down product's), then its columns of [w_up_k | w_up_v] (the
 //   up product's, in flight during the down product); rows are padded so every fragment read is
@@ -20,9 +21,8 @@
 //   (a second barrier), and feed the up product, whose accumulators are stored to K and V.
 // 3xTF32: each float32 x is big (x truncated to tf32) plus small (x - big), and a * b is taken as
 // small(a) big(b) + big(a) small(b) + big(a) big(b) (the small * small term is below float32's
-// rounding), accumulated in float32 by the tensor cores. Within an MMA's K step the columns are
-// permuted (any consistent order of a reduction is the same sum): fragment column c of step s is
-// row 8 s + c' of the warp's slice with c' = 4 (c / 4) + (c % 4)... see kernel comments.
+// rounding), accumulated in float32 by the tensor cores. Fragment column c of K step s is row
+// 8 s + c of the warp's slice (the kernel's comments give each lane's reads).
 //
 // A block takes one token tile (blockIdx.x; the heuristics keep the grid within one wave) and
 // gridDim.y of them share its up product (up_tiles_per_block of the 16-column tiles each,
@@ -32,8 +32,8 @@
 #include "cuda/common.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_facts.h"
-#include "cuda/fused_fp32_cluster.h"
 #include "cuda/fused_fp32_tensor_core.h"
+#include "cuda/kernel_args.h"
 #include "cuda/ptx.h"
 #include "cuda/tile_sizes.h"
 #include "heuristics.h"

@@ -66,4 +66,19 @@ void copy_weight_args(const Args& a, WeightParams<T>& k) {
   k.w_up_v_stride = a.w_up_v_stride_row;
 }
 
+// What every cuda-fused kernel's parameters hold beyond the shared ones: the optional latent
+// output.
+struct FusedParamsBase : ActivationParams<float>, WeightParams<float> {
+  float* latent;  // [B, S, R] or null
+  int64_t latent_stride_batch, latent_stride_seq;
+};
+
+inline void copy_fused_args(const Problem& p, const Args& a, FusedParamsBase& k) {
+  copy_activation_args<float>(p, a, k);
+  copy_weight_args<float>(a, k);
+  k.latent = static_cast<float*>(a.latent);
+  k.latent_stride_batch = a.latent_stride_batch;
+  k.latent_stride_seq = a.latent_stride_seq;
+}
+
 }  // namespace latentkv::detail

@@ -26,12 +26,6 @@ inline bool is_aligned(const void* ptr, int64_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0;
 }
 
-// Rows of floats that copy in 16-byte pieces: the first row 16-byte aligned, the row stride (in
-// floats) a multiple of 4.
-inline bool float_rows_16_bytes(const void* ptr, int64_t stride) {
-  return is_aligned(ptr, 16) && stride % 4 == 0;
-}
-
 // 32-bit token and S where the kernels index with int (the division is cheaper), 64-bit elsewhere.
 LATENTKV_HD int64_t token_offset(int token, int seq, int64_t stride_batch, int64_t stride_seq) {
   return (token / seq) * stride_batch + (token % seq) * stride_seq;

@@ -271,13 +271,7 @@ int64_t plan_bytes(const Problem& p, int64_t tile_tokens, int blocks) {
 
 bool fused_cluster_takes(const Problem& p, const Args& a, const DeviceFacts& f) {
   if (f.major < 9 || compiled_arch<kv_proj_fused_cluster_sm90>() < 90) return false;
-  if (p.model_dim % 4 != 0 || p.rank % 4 != 0 || p.kv_width() % 4 != 0) return false;
-  if (!float_rows_16_bytes(a.hidden, a.hidden_stride_seq) || a.hidden_stride_batch % 4 != 0 ||
-      !float_rows_16_bytes(a.w_down, a.w_down_stride_row) ||
-      !float_rows_16_bytes(a.w_up_k, a.w_up_k_stride_row) ||
-      !float_rows_16_bytes(a.w_up_v, a.w_up_v_stride_row)) {
-    return false;
-  }
+  if (!fused_rows_16_bytes(p, a)) return false;
   const int blocks = fused_cluster_blocks(p.tokens());
   const int64_t tile = fused_cluster_tile_tokens(p.tokens(), blocks, f.sm_count);
   return plan_bytes(p, tile, blocks) <= static_cast<int64_t>(f.smem_optin);

@@ -277,21 +277,17 @@ struct TcKernels {
 
 int64_t token_tiles(const Problem& p) { return ceil_div<int64_t>(p.tokens(), kTokens); }
 int64_t up_tiles(const Problem& p) { return ceil_div<int64_t>(2 * p.kv_width(), 16); }
+int up_tiles_per_block(const Problem& p, const DeviceFacts& f) {
+  return fused_tc_up_tiles_per_block(token_tiles(p), up_tiles(p), f.sm_count);
+}
 
 }  // namespace
 
 bool fused_tensor_core_takes(const Problem& p, const Args& a, const DeviceFacts& f) {
   if (f.major < 8 || compiled_arch<kv_proj_fused_3xtf32>() < 80) return false;
   if (p.model_dim > tiles::kFusedTcMaxModelDim || p.rank > kMaxRank) return false;
-  // Every row copied in 16-byte pieces.
-  if (p.model_dim % 4 != 0 || p.rank % 4 != 0 || p.kv_width() % 4 != 0 ||
-      !float_rows_16_bytes(a.hidden, a.hidden_stride_seq) || a.hidden_stride_batch % 4 != 0 ||
-      !float_rows_16_bytes(a.w_down, a.w_down_stride_row) ||
-      !float_rows_16_bytes(a.w_up_k, a.w_up_k_stride_row) ||
-      !float_rows_16_bytes(a.w_up_v, a.w_up_v_stride_row)) {
-    return false;
-  }
-  const int per_block = fused_tc_up_tiles_per_block(token_tiles(p), up_tiles(p), f.sm_count);
+  if (!fused_rows_16_bytes(p, a)) return false;
+  const int per_block = up_tiles_per_block(p, f);
   if (!fused_use_tensor_core(token_tiles(p) * ceil_div<int64_t>(up_tiles(p), per_block),
                              f.sm_count)) {
     return false;
@@ -308,7 +304,7 @@ Status run_fused_tensor_core(const Problem& p, const Args& a, const DeviceFacts&
   TcParams k;
   copy_fused_args(p, a, k);
   k.up_tiles = static_cast<int>(up_tiles(p));  // within the grid's one wave: int
-  k.up_tiles_per_block = fused_tc_up_tiles_per_block(token_tiles(p), up_tiles(p), f.sm_count);
+  k.up_tiles_per_block = up_tiles_per_block(p, f);
   const TcPlan plan(static_cast<int>(p.model_dim), static_cast<int>(p.rank),
                     k.up_tiles_per_block);
   const dim3 grid(static_cast<unsigned>(token_tiles(p)),

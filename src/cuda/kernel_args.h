@@ -73,6 +73,19 @@ struct FusedParamsBase : ActivationParams<float>, WeightParams<float> {
   int64_t latent_stride_batch, latent_stride_seq;
 };
 
+// Whether every float32 input of a cuda-fused call copies in 16-byte pieces (the cluster and
+// tensor-core configurations' cp.async rows): D, R and N multiples of 4, each matrix's first row
+// 16-byte aligned and its row strides multiples of 4 floats.
+inline bool fused_rows_16_bytes(const Problem& p, const Args& a) {
+  const auto rows = [](const void* ptr, int64_t stride) {
+    return is_aligned(ptr, 16) && stride % 4 == 0;
+  };
+  return p.model_dim % 4 == 0 && p.rank % 4 == 0 && p.kv_width() % 4 == 0 &&
+         rows(a.hidden, a.hidden_stride_seq) && a.hidden_stride_batch % 4 == 0 &&
+         rows(a.w_down, a.w_down_stride_row) && rows(a.w_up_k, a.w_up_k_stride_row) &&
+         rows(a.w_up_v, a.w_up_v_stride_row);
+}
+
 inline void copy_fused_args(const Problem& p, const Args& a, FusedParamsBase& k) {
   copy_activation_args<float>(p, a, k);
   copy_weight_args<float>(a, k);

@@ -830,6 +830,7 @@ int64_t cluster_tokens() { return 8 * device_sm_count() + 1; }
 TEST(GpuFusedCluster, SmallEdges) {
   SKIP_WITHOUT_CUDA();
   const int64_t t = cluster_tokens();
+  ASSERT_GT(t, 1);
   for (const Problem& p : {shape(1, t, 256, 48, 4, 32), shape(1, t, 20, 8, 1, 4),
                            shape(1, t + 2, 4, 4, 3, 4), shape(1, t + 6, 64, 52, 2, 6)}) {
     expect_fused_layouts(p);

@@ -9,7 +9,8 @@ namespace latentkv::detail {
 bool cuda_fused_faster(const Problem& p) {
   const int64_t weight_floats = p.model_dim * p.rank + 2 * p.rank * p.kv_width();
   return p.dtype == DType::kFloat32 && weight_floats <= kFusedMaxWeightFloats &&
-         p.tokens() <= kFusedMaxTokens;
+         (p.tokens() <= kFusedMaxTokens ||
+          (fused_token_tiles_width(p) && p.tokens() <= kFusedTokenTilesMaxTokens));
 }
 
 bool cuda_decode_fp32_faster(const Problem& p) {

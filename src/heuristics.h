@@ -27,6 +27,16 @@ inline int64_t weight_bytes(const Problem& p) {
 constexpr int64_t kFusedMaxWeightFloats = int64_t{64} << 10;
 // At the founding dims the crossover with cuBLAS lies near 1400 tokens; 1024 keeps a margin.
 constexpr int64_t kFusedMaxTokens = 1024;
+// ... except at the token-tile configuration's widths within one column block (D <= 256, R <=
+// 64, 2N <= 256; any layout), measured up to this many tokens (H200, 2026-12-02 14:54 UTC,
+// founding widths, cuda-fused / cuBLAS's three GEMMs and the stack: T=2048 7.97 / 17.8 us, T=6144
+// 16.1 / 26.8 (cuda-gemm 23.5), T=16384 29.6 / 44.4; per further 1024 tokens ~1.6 us against
+// cuBLAS's ~1.35, so the lines would cross near 75K tokens).
+constexpr int64_t kFusedTokenTilesMaxTokens = 16384;
+inline bool fused_token_tiles_width(const Problem& p) {
+  return p.model_dim <= tiles::kFusedTilesMaxModelDim && p.rank <= tiles::kFusedTilesMaxRank &&
+         2 * p.kv_width() <= tiles::kFusedTilesBlockCols;
+}
 
 // ---- cuda-decode against cuda-gemm ----
 // The decode kernels are instruction-bound, so their edge over cuBLAS shrinks with the weights.
@@ -178,7 +188,8 @@ inline bool fused_use_one_token(int64_t tokens) {
 // configurations (same H200 run, 2026-12-02), us: T=576 6.68 / 7.39 (cluster), T=733 6.73 / 7.42,
 // T=1024 7.02 / 7.94; at two waves T=1280 10.4 / 8.88 and T=1536 10.4 / 9.44; against the
 // streaming configuration T=3 5.89 / 4.77, T=384 6.40 / 6.14 and T=512 6.67 / 6.22 (every block
-// stages all of w_down, so one SM's copy bandwidth bounds it).
+// stages all of w_down, so one SM's copy bandwidth bounds it). Past its wave the token-tile
+// configuration runs (above).
 inline bool fused_use_tensor_core(int64_t blocks, int sm_count) { return blocks <= sm_count; }
 // ... its 16-column tiles of [K | V] per block: from 16 (one a warp) halved while the grid of
 // ceil(T / 8) token tiles x column blocks still fits the SMs once, down to this many (each block
@@ -219,10 +230,16 @@ bool cuda_gemm_preferred(const Problem& p);
 inline bool fused_use_resident(int64_t tiles, bool weights_fit, int sm_count) {
   return weights_fit && tiles >= int64_t{kFusedResidentMinTilesPerSm} * sm_count;
 }
-// cuda-fused: the cluster configuration (sm_90, aligned rows) once the streaming one's grid would
-// pass this many blocks per SM (a second wave). Below it the streaming grid was faster (founding
-// T=384, 192 blocks: 6.0 us against the cluster's best 7.0); past it the cluster one (T=733, 368
-// blocks: 10.6 against 8.45). At T <= 64 the two were within 6% of each other.
+// cuda-fused: once the streaming configuration's grid would pass this many blocks per SM (a second
+// wave), the tensor-core configuration (one wave of 8-token tiles, below), else the token-tile
+// one (D <= 256, R <= 64), else the cluster one (sm_90, aligned rows). Below it the streaming
+// grid was faster (founding T=384, 192 blocks: 6.0 us against the cluster's best 7.0 and 6.09
+// against the token tiles' 6.67); past it the others (T=733, 368 blocks: 10.6 against the
+// cluster's 8.45). The token tiles against what ran there before them (H200, 2026-12-02 14:54
+// UTC, the shipped kernel; the configurations before it in a 14:41 run): T=1057 7.57 us against
+// the cluster's 8.76, T=2048 7.97 against 10.4, T=4096 11.1 against 14.7, T=6144 16.1 against
+// 23.2, T=16384 29.6 against 55.4; inside the tensor-core window they lost (T=529 7.54 against
+// 6.72, T=733 7.56 against 6.81). At T <= 64 the two were within 6% of each other.
 constexpr int kFusedClusterMinStreamBlocksPerSm = 2;
 inline bool fused_use_cluster(int64_t stream_blocks, int sm_count) {
   return stream_blocks > int64_t{kFusedClusterMinStreamBlocksPerSm} * sm_count;

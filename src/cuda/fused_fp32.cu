@@ -1,17 +1,19 @@
 // The fused float32 strategy (Strategy::kCudaFused): one launch computes the latent, K and V for
 // tiles of tokens, keeps the latent in shared memory and writes the stacked [2, B, S, H, Dh] output
 // (and the latent, when asked) directly. FFMA with float32 accumulation (error against float64
-// near 1e-7), except in the tensor-core configuration (3xTF32, near 1e-6).
+// near 1e-7), except in the tensor-core and token-tile configurations (3xTF32, near 1e-6).
 //
 // At one or two tokens of small widths the one-token configuration takes the call
 // (fused_fp32_one_token.cu: every load at kernel start, one round trip and three barriers).
 // Once the streaming configuration's grid passes 2 blocks per SM (heuristics.h), the tensor-core
 // configuration while its 8-token tiles fit the SMs once (fused_fp32_tensor_core.cu: D <= 256,
-// R <= 64, 16-byte rows; the operands staged in shared memory), else the cluster configuration
-// where it takes the call (fused_fp32_cluster.cu: sm_90, 16-byte aligned rows; a cluster of
-// blocks per token tile, each fetching its slice of the weights, every load issued at kernel
-// start). Everything else runs one of two tile configurations (tile_sizes.h), one kernel
-// template, kv_proj_fused_fp32 (any architecture):
+// R <= 64, 16-byte rows; the operands staged in shared memory), else the token-tile configuration
+// (fused_fp32_token_tiles.cu: D <= 256, R <= 64, any layout; a 3xTF32 GEMM over 16- to 64-token
+// tiles, persistent blocks holding the weights in shared memory), else the cluster configuration
+// where it takes the call (fused_fp32_cluster.cu: sm_90, 16-byte aligned rows; a cluster of blocks
+// per token tile, each fetching its slice of the weights, every load issued at kernel start).
+// Everything else runs one of two tile configurations (tile_sizes.h), one kernel template,
+// kv_proj_fused_fp32 (any architecture):
 // - kStreamConfig (few tokens, or weights too large for shared memory): 4 tokens per block, one
 //   block per tile, weights read straight from L2. At the founding size (T=384, D=256, R=48,
 //   N=128: 19 MFLOP, 0.9 MB) the time is launch latency plus memory round trips, so every thread
@@ -36,6 +38,7 @@
 #include "cuda/fused_fp32_cluster.h"
 #include "cuda/fused_fp32_one_token.h"
 #include "cuda/fused_fp32_tensor_core.h"
+#include "cuda/fused_fp32_token_tiles.h"
 #include "cuda/kernel_args.h"
 #include "cuda/ptx.h"
 #include "cuda/tile_sizes.h"
@@ -558,6 +561,7 @@ Status run_cuda_fused(const Problem& p, const Args& a, Stream stream) {
   if (fused_one_token_takes(p, a)) return run_fused_one_token(p, a, stream);
   if (use_cluster(p, *f)) {
     if (fused_tensor_core_takes(p, a, *f)) return run_fused_tensor_core(p, a, *f, stream);
+    if (fused_token_tiles_takes(p, a, *f)) return run_fused_token_tiles(p, a, *f, stream);
     if (fused_cluster_takes(p, a, *f)) return run_fused_cluster(p, a, *f, stream);
   }
   if (use_resident(p, *f)) return launch<kResidentConfig>(p, a, *f, stream);

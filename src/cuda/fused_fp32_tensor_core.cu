@@ -89,20 +89,6 @@ struct TcPlan {
   size_t bytes() const { return sizeof(float) * static_cast<size_t>(total); }
 };
 
-// The 3xTF32 halves of a float32: big = x with its low 13 mantissa bits cleared (a tf32), small =
-// x - big (exact in float32; the MMA reads its top 11 bits, so big + small is x to 2^-21
-// relative). Two instructions, where cvt.rna.tf32 compiles to four on sm_90.
-struct Split {
-  uint32_t big, small;
-};
-// The mask is an opaque (volatile) instruction, so that ptxas splits each fragment where it is
-// loaded instead of hoisting every split ahead of the MMAs (twice the live registers: spills).
-__device__ __forceinline__ Split split_tf32(float x) {
-  uint32_t big;
-  asm volatile("and.b32 %0, %1, 0xffffe000;\n" : "=r"(big) : "r"(__float_as_uint(x)));
-  return {big, __float_as_uint(x - __uint_as_float(big))};
-}
-
 // acc += a @ b in 3xTF32 for one 16 x 8 x 8 step; the small products go first, so they are not
 // lost against the big product's magnitude.
 __device__ __forceinline__ void mma_3xtf32(float (&acc)[4], const float (&a)[4], Split b0,

@@ -231,6 +231,22 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 #endif
 }
 
+// The 3xTF32 halves of a float32: big = x with its low 13 mantissa bits cleared (a tf32), small =
+// x - big (exact in float32; the MMA reads its top 11 bits, so big + small is x to 2^-21
+// relative). Two instructions, where cvt.rna.tf32 compiles to four on sm_90. With a * b taken as
+// small(a) big(b) + big(a) small(b) + big(a) big(b) (small * small is below float32's rounding),
+// float32 products come out of the tf32 tensor cores to ~1e-6.
+struct Split {
+  uint32_t big, small;
+};
+// The mask is an opaque (volatile) instruction, so that ptxas splits each fragment where it is
+// loaded instead of hoisting every split ahead of the MMAs (twice the live registers: spills).
+__device__ __forceinline__ Split split_tf32(float x) {
+  uint32_t big;
+  asm volatile("and.b32 %0, %1, 0xffffe000;\n" : "=r"(big) : "r"(__float_as_uint(x)));
+  return {big, __float_as_uint(x - __uint_as_float(big))};
+}
+
 // Host side: the virtual architecture `Kernel` was compiled for on the current device (90 for
 // sm_90a code, 80 where a binary built for sm_80 alone runs on Hopper from compute_80 PTX; 0 when
 // the query fails). Code compiled below an instruction's architecture holds the stand-ins above,

@@ -43,6 +43,15 @@ constexpr int kFusedTcTokens = 8;
 constexpr int kFusedTcMaxModelDim = 256;
 constexpr int kFusedTcMaxRank = 64;
 constexpr int kFusedTcMaxUpTilesPerBlock = 16;  // one per warp: 256 of the 2N columns
+// Token-tile configuration (fused_fp32_token_tiles.cu, sm_80, 3xTF32 mma.sync m16n8k8): tokens
+// are the MMA's M, 16 x kM per block tile (kM = 1, 2 or 4 m-tiles, chosen per call); w_down and
+// the block's 256 columns of [w_up_k | w_up_v] stay in shared memory while the block walks its
+// tiles; 16 warps, warp w on m-tile w % kM and every (16 / kM)-th n-tile.
+constexpr int kFusedTilesThreads = 512;
+constexpr int kFusedTilesMaxMTiles = 4;
+constexpr int kFusedTilesMaxModelDim = 256;
+constexpr int kFusedTilesMaxRank = 64;
+constexpr int kFusedTilesBlockCols = 256;
 // Cluster configuration (fused_fp32_cluster.cu, sm_90, 16-byte aligned rows): a cluster of C
 // blocks per token tile (C from heuristics.h), block b taking D chunk b of the down projection and
 // column chunk b of the up one, so each fetches 1/C of the weights in one round trip. 8 is the

@@ -189,15 +189,19 @@ std::vector<Case> edge_cases() {
   // 64-column down pass, the up passes over [K | V] (their edges at 2N and at the K|V seam N).
   for (int64_t t : around(tiles::kFusedStreamTokens)) tokens("fused-stream", t, kCudaFused);
   for (int64_t t : around(tiles::kFusedResidentTokens)) tokens("fused-tile16", t, kCudaFused);
+  // The resident tile at D = 260 (the token tiles take D <= 256): the aligned calls run the
+  // cluster configuration there, the others the resident one.
   for (int64_t t : around(kResidentEdgeTiles * tiles::kFusedResidentTokens)) {
-    tokens("fused-resident", t, kCudaFused);
+    list.add("fused-resident-t" + std::to_string(t), shape(1, t, 260, 48, 4, 32),
+             kAllDtypes | kCudaFused);
   }
   for (int64_t r : around(tiles::kFusedDownCols)) rank("fused-down", r, kCudaFused);
   for (int64_t n : around(tiles::kFusedStreamUpCols / 2)) width("fused-up2n", n, 5, kCudaFused);
   for (int64_t n : around(tiles::kFusedStreamUpCols)) width("fused-upkv", n, 5, kCudaFused);
   for (int64_t n : around(tiles::kFusedResidentUpCols / 2)) {
     const int64_t t = kResidentEdgeTiles * tiles::kFusedResidentTokens + 1;
-    width("fused-resident-up2n", n, t, kCudaFused);
+    list.add("fused-resident-up2n-n" + std::to_string(n), shape(1, t, 260, 12, 1, n),
+             kAllDtypes | kCudaFused);
   }
   // cuda-fused's tensor-core configuration (16-byte rows: steps of 4). It runs where the cluster
   // configuration would (the streaming grid of 4-token tiles x column splits past two blocks per
@@ -210,11 +214,13 @@ std::vector<Case> edge_cases() {
   // once. (2N within one 16-column tile never reaches it there: the streaming grid stays small.)
   {
     constexpr int64_t kSms = 132;
-    auto tc = [&](const std::string& edge, const Problem& p) {
+    // "fused-<configuration>-<edge>-t<T>-d<D>-r<R>-n<N>".
+    auto fused_case = [&](const std::string& config, const std::string& edge, const Problem& p) {
       const auto dims = "-t" + std::to_string(p.tokens()) + "-d" + std::to_string(p.model_dim) +
                         "-r" + std::to_string(p.rank) + "-n" + std::to_string(p.kv_width());
-      list.add("fused-tc-" + edge + dims, p, kAllDtypes | kCudaFused);
+      list.add("fused-" + config + "-" + edge + dims, p, kAllDtypes | kCudaFused);
     };
+    auto tc = [&](const std::string& edge, const Problem& p) { fused_case("tc", edge, p); };
     for (int64_t t : around(4 * kSms + 1)) tc("first", shape(1, t, 256, 48, 4, 32));
     tc("tile", shape(1, 4 * kSms + 8, 256, 48, 4, 32));
     for (int64_t t : around(8 * kSms)) tc("last", shape(1, t, 256, 48, 4, 32));
@@ -230,6 +236,29 @@ std::vector<Case> edge_cases() {
     tc("block", shape(1, 500, 24, 12, 1, 132));
     tc("block-h2", shape(1, 500, 24, 12, 2, 66));
     tc("odd", shape(1, 500, 100, 40, 3, 44));
+
+    // cuda-fused's token-tile configuration (D <= 256, R <= 64): past the streaming grid's two
+    // blocks per SM and the tensor-core configuration's one wave, on an H200 (132 SMs) from
+    // T = 1057 at the founding widths (from 529 where the rows are not 16-byte vectors). T at that
+    // edge, at its tile choices' edges there (2112: the last grid of 16-token tiles, 4224: of 32,
+    // 8448: one 64-token tile a block; one more, a block walks two), batch edges inside a tile, D
+    // and R around their limits (past them the cluster configuration), 2N around a block's 256
+    // columns (past it a second column block) and D, R, N off their K steps at once.
+    auto tile_case = [&](const std::string& edge, const Problem& p) {
+      fused_case("tiles", edge, p);
+    };
+    for (int64_t t : around(8 * kSms + 1)) tile_case("first", shape(1, t, 256, 48, 4, 32));
+    for (int64_t m : {16, 32, 64}) tile_case("m", shape(1, m * kSms + 1, 256, 48, 4, 32));
+    tile_case("m", shape(1, 16 * kSms, 256, 48, 4, 32));
+    tile_case("batch", shape(3, 181, 256, 48, 4, 32));
+    for (int64_t d : around(tiles::kFusedTilesMaxModelDim, 4)) {
+      tile_case("maxd", shape(1, 9 * kSms, d, 16, 4, 32));
+    }
+    for (int64_t r : around(tiles::kFusedTilesMaxRank, 4)) {
+      tile_case("maxr", shape(1, 9 * kSms, 40, r, 4, 32));
+    }
+    for (int64_t n : {124, 128, 132}) tile_case("block", shape(1, 9 * kSms, 24, 12, 2, n / 2));
+    tile_case("odd", shape(1, 9 * kSms, 99, 41, 3, 45));
   }
   // Vector widths: D, R and N one off a multiple of the 16-byte vector (the slow path).
   for (int64_t d : around(tiles::kFusedVectorWidth * 9)) model_dim("fused-vec-d", d, kCudaFused);

@@ -112,13 +112,20 @@ TEST(DecodeDispatch, PreferredWhereMeasuredFaster) {
   EXPECT_FALSE(cuda_decode_fp32_preferred(shape(1, 2, 7168, 512, 128, 128)));
 }
 
-TEST(FusedDispatch, PreferredForSmallWeightsUpToAThousandTokens) {
-  // The founding dims (24K floats of weights): T <= 1024 (measured: 10.7 us at T = 1024 against
-  // cuda-gemm's 11.7, 14.3 at T = 2048 against 12.6).
+TEST(FusedDispatch, PreferredForSmallWeightsWhereMeasuredFaster) {
+  // Small weights: T <= 1024 (measured at the founding dims before the token tiles: 10.7 us at
+  // T = 1024 against cuda-gemm's 11.7, 14.3 at T = 2048 against 12.6); at the token tiles' widths
+  // within one column block (D <= 256, R <= 64, 2N <= 256) up to 16384 tokens (T = 6144 16.1 us
+  // against cuda-gemm's 23.5, T = 16384 29.6 against cuBLAS's 44.4).
   EXPECT_TRUE(cuda_fused_preferred(shape(4, 96, 256, 48, 4, 32)));
   EXPECT_TRUE(cuda_fused_preferred(shape(1, 1024, 256, 48, 4, 32)));
-  EXPECT_FALSE(cuda_fused_preferred(shape(1, 1025, 256, 48, 4, 32)));
-  EXPECT_FALSE(cuda_fused_preferred(shape(16, 384, 256, 48, 4, 32)));
+  EXPECT_TRUE(cuda_fused_preferred(shape(1, 1025, 256, 48, 4, 32)));
+  EXPECT_TRUE(cuda_fused_preferred(shape(16, 384, 256, 48, 4, 32)));  // T = 6144
+  EXPECT_TRUE(cuda_fused_preferred(shape(1, 16384, 255, 45, 3, 15)));   // odd widths
+  EXPECT_FALSE(cuda_fused_preferred(shape(1, 16385, 256, 48, 4, 32)));
+  EXPECT_FALSE(cuda_fused_preferred(shape(1, 1025, 260, 48, 4, 32)));  // D past 256
+  EXPECT_FALSE(cuda_fused_preferred(shape(1, 1025, 256, 68, 4, 32)));  // R past 64
+  EXPECT_FALSE(cuda_fused_preferred(shape(1, 1025, 128, 32, 4, 33)));  // 2N = 264: two blocks
   EXPECT_FALSE(cuda_fused_preferred(in_dtype(shape(4, 96, 256, 48, 4, 32), DType::kBFloat16)));
   EXPECT_FALSE(cuda_fused_preferred(shape(1, 64, 2048, 512, 16, 128)));  // DeepSeek-V2-Lite
 }

@@ -821,25 +821,28 @@ int device_sm_count() {
   return sms;
 }
 
-// The T of the cluster configuration at any width: past the streaming configuration's two blocks
-// per SM and past the tensor-core configuration's one wave of 8-token tiles.
-int64_t cluster_tokens() { return 8 * device_sm_count() + 1; }
+// A T past the streaming configuration's two blocks per SM at any width and past the tensor-core
+// configuration's one wave of 8-token tiles: the token-tile configuration's (D <= 256, R <= 64)
+// and, for the shapes it refuses, the cluster one's.
+int64_t past_streaming_tokens() { return 8 * device_sm_count() + 1; }
 
-// A few shapes small enough for compute-sanitizer, each in the cluster configuration: partial
-// last tiles, empty chunks, heads not a multiple of 4 wide.
+// A few shapes small enough for compute-sanitizer, each in the cluster configuration (R = 68 or
+// D > 256, which the token tiles refuse): partial last tiles, empty chunks, heads not a multiple of
+// 4 wide.
 TEST(GpuFusedCluster, SmallEdges) {
   SKIP_WITHOUT_CUDA();
-  const int64_t t = cluster_tokens();
+  const int64_t t = past_streaming_tokens();
   ASSERT_GT(t, 1);
-  for (const Problem& p : {shape(1, t, 256, 48, 4, 32), shape(1, t, 20, 8, 1, 4),
-                           shape(1, t + 2, 4, 4, 3, 4), shape(1, t + 6, 64, 52, 2, 6)}) {
+  for (const Problem& p : {shape(1, t, 256, 68, 4, 32), shape(1, t, 20, 68, 1, 4),
+                           shape(1, t + 2, 260, 4, 3, 4), shape(1, t + 6, 264, 52, 2, 6)}) {
     expect_fused_layouts(p);
     if (HasFatalFailure()) return;
   }
 }
 
 // T around each change of the cluster configuration's tile (4 to 32 tokens, from ceil(2 T /
-// SMs): edges at multiples of SMs / 2); inside the tensor-core window the aligned calls go there.
+// SMs): edges at multiples of SMs / 2), at R = 68 (past the token tiles' 64); the founding widths
+// at B > 1 (the streaming configuration).
 TEST(GpuFusedCluster, TokenTileEdges) {
   SKIP_WITHOUT_CUDA();
   const int64_t sms = device_sm_count();
@@ -850,26 +853,27 @@ TEST(GpuFusedCluster, TokenTileEdges) {
     for (int64_t t : {edge - 1, edge, edge + 1}) tokens.push_back(t);
   }
   for (int64_t t : tokens) {
-    expect_fused_layouts(shape(1, t, 256, 48, 4, 32));
+    expect_fused_layouts(shape(1, t, 256, 68, 4, 32));
     if (HasFatalFailure()) return;
   }
   expect_fused_layouts(shape(4, 96, 256, 48, 4, 32));  // the founding case, B > 1
 }
 
+// The cluster's D chunks at R = 68 and its R at D = 260 (both refused by the token tiles).
 TEST(GpuFusedCluster, ChunkEdges) {
   SKIP_WITHOUT_CUDA();
-  const int64_t t = cluster_tokens();
+  const int64_t t = past_streaming_tokens();
   for (int64_t d : {4, 12, 20, 60, 260}) {
-    expect_fused_layouts(shape(1, t, d, 16, 2, 8));
+    expect_fused_layouts(shape(1, t, d, 68, 2, 8));
     if (HasFatalFailure()) return;
   }
   for (int64_t r : {4, 44, 52}) {
-    expect_fused_layouts(shape(1, t, 40, r, 2, 16));
+    expect_fused_layouts(shape(1, t, 260, r, 2, 16));
     if (HasFatalFailure()) return;
   }
   for (const auto& [h, dh] : {std::pair<int64_t, int64_t>{1, 4}, {3, 4}, {1, 12}, {2, 36},
                               {2, 6}, {4, 32}}) {
-    expect_fused_layouts(shape(1, t, 24, 12, h, dh));
+    expect_fused_layouts(shape(1, t, 260, 12, h, dh));
     if (HasFatalFailure()) return;
   }
 }
@@ -889,6 +893,35 @@ TEST(GpuFusedTensorCore, WindowEdges) {
        {shape(1, 4 * sms + 1, 256, 48, 4, 32), shape(2, 2 * sms + 4, 256, 48, 4, 32),
         shape(1, 8 * sms, 256, 48, 4, 32), shape(1, 6 * sms + 3, 20, 12, 4, 32),
         shape(1, 3 * sms + 5, 100, 40, 3, 44), shape(1, 6 * sms + 1, 64, 64, 2, 62)}) {
+    expect_fused_layouts(p);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// ---- cuda-fused's token-tile configuration (past the streaming grid's two blocks per SM and the
+// tensor-core configuration's one wave; D <= 256, R <= 64, any layout: 16, 32 or 64-token tiles,
+// persistent blocks) ----
+// At the founding widths: 4 x SMs + 1 (inside the tensor-core window: only the misaligned layouts
+// come here), the edges of the tile choice on this device (16 x SMs: the last grid of 16-token
+// tiles; 32 x SMs + 1: 64-token tiles; 64 x SMs + 1: one block walks two tiles, three at 128 x
+// SMs + 17), two sequences meeting inside a tile. Past 8 x SMs (the region at any width): tiny
+// widths; D and R off their K steps (D = 252, R = 44:
+// zero-filled rows and columns) with 2N = 264 (a second column block of 8 columns); 2N = 512 at
+// R = 64 (two full column blocks, the largest shared-memory plan); 2N = 120 (the last n-tile
+// partial); an odd head width (no pair stores); D, R and N odd. Each under the layouts above (the
+// padded outputs store element by element; the misaligned inputs are staged by element loads).
+TEST(GpuFusedTokenTiles, TileEdges) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t sms = device_sm_count();
+  ASSERT_GT(sms, 0);
+  const int64_t t = past_streaming_tokens();
+  for (const Problem& p :
+       {shape(1, 4 * sms + 1, 256, 48, 4, 32), shape(1, 16 * sms, 256, 48, 4, 32),
+        shape(2, 8 * sms + 3, 256, 48, 4, 32), shape(1, 32 * sms + 1, 256, 48, 4, 32),
+        shape(1, 64 * sms + 1, 256, 48, 4, 32), shape(1, 128 * sms + 17, 256, 48, 4, 32),
+        shape(1, t, 4, 4, 3, 4), shape(1, 32 * sms + 5, 252, 44, 3, 44),
+        shape(1, 16 * sms - 3, 256, 64, 8, 32), shape(1, 64 * sms + 9, 100, 40, 2, 30),
+        shape(1, t + 7, 64, 16, 4, 3), shape(1, t + 11, 255, 45, 3, 15)}) {
     expect_fused_layouts(p);
     if (HasFatalFailure()) return;
   }

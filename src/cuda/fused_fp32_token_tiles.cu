@@ -1,0 +1,380 @@
+// cuda-fused's token-tile configuration (asked where the streaming grid would pass two blocks per
+// SM and the tensor-core configuration does not take the call, heuristics.h; D <= 256, R <= 64,
+// sm_80 code): the founding projection for
+// many tokens on mma.sync m16n8k8 in 3xTF32 (ptx.h: split_tf32), float32 to ~1e-6, as a GEMM with
+// the tokens as the MMA's M.
+//
+// The tensor-core configuration (fused_fp32_tensor_core.cu) puts 8 tokens on the MMA's N, one tile
+// a block: a latency chain per tile that pays only while the tiles fit the SMs once. Here a block
+// tile is 16 x kM tokens (kM = 1, 2 or 4: the smallest whose grid fits the SMs once, 4
+// past that), and the grid is persistent: each block copies w_down and its 256 columns of
+// [w_up_k | w_up_v] into shared memory once and walks its tiles, the next tile's hidden rows
+// arriving by cp.async during the current tile's up product. Per tile:
+//   down: latent [16 kM, R] = hidden [16 kM, D] @ w_down [D, R]; warp w takes m-tile w % kM and
+//         the n-tiles (8 latent columns each) w / kM, + 8 / kM, ...; no split over D, so the
+//         latent goes from the accumulators to shared memory (and to the latent output) once;
+//   up:   [K | V] [16 kM, 256] = latent @ [w_up_k | w_up_v], the same warp map over the block's
+//         32 column n-tiles; the accumulators are stored to K and V (two adjacent columns as one
+//         8-byte store where the layout allows).
+// The A fragment of a K step (hidden or latent rows) is split once and feeds every n-tile of the
+// warp. Shared-memory rows are padded so that no fragment read conflicts: A operands (lane (g, q)
+// at row g, column q) have strides of 4 mod 8, B operands (row q, column g) 8 mod 16. Everything
+// a fragment reads outside the matrices (rows past T, columns past D or R) is zero-filled.
+// The loops over a warp's n-tiles have no branches (the down product always runs R's 8 n-tiles
+// of 64 columns, zero-filled past R; the up product all of the block's 256 columns, zero-filled
+// past 2N), so ptxas issues a K step's shared-memory loads together: with a warp-uniform branch
+// per n-tile each load waited on its own, at three times the time (docs/experiments.md). Down
+// products keep their three 3xTF32 terms in three accumulators (chains a third as long, for the
+// few warps of kM = 1); up products have enough independent n-tiles per warp for one.
+//
+// Column blocks (gridDim.y) cover 2N past 256, each recomputing the latent. Inputs whose rows are
+// 16-byte vectors (kernel_args.h: fused_rows_16_bytes) are staged by cp.async; any other layout
+// (odd widths, strides or pointers) by element loads stored in place: slower, same results.
+#include <cuda_runtime.h>
+
+#include "cuda/common.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_facts.h"
+#include "cuda/fused_fp32_token_tiles.h"
+#include "cuda/kernel_args.h"
+#include "cuda/ptx.h"
+#include "cuda/tile_sizes.h"
+#include "heuristics.h"
+
+namespace latentkv::detail {
+namespace {
+
+constexpr int kThreads = tiles::kFusedTilesThreads;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxMTiles = tiles::kFusedTilesMaxMTiles;
+constexpr int kMaxRank = tiles::kFusedTilesMaxRank;
+constexpr int kBlockCols = tiles::kFusedTilesBlockCols;
+static_assert(kWarps % kMaxMTiles == 0, "every m-tile gets the same number of warps");
+
+struct TilesParams : FusedParamsBase {
+  int tiles;         // token tiles of 16 kM tokens
+  bool vector_rows;  // every input row is whole 16-byte vectors (kernel_args.h): cp.async
+  bool pair_stores;  // two adjacent [K | V] columns are one aligned 8-byte word of out
+};
+
+// Four floats of a row into shared memory, the first `count` (0..4) from src and the rest zeros:
+// one 16-byte cp.async (part of the caller's group) where the rows are vectors (count is then 0
+// or 4), else element loads stored in place. `any` is a valid address for an empty copy.
+__device__ __forceinline__ void stage4(float* dst, const float* src, int count, bool vectors,
+                                       const float* any) {
+  if (vectors) {
+    copy16_async(dst, count > 0 ? src : any, count > 0);
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) dst[e] = e < count ? src[e] : 0.f;
+}
+
+// The number of the 4 elements from column c that lie before `end` (0 past it).
+__device__ __forceinline__ int in_row(int c, int end) { return max(0, min(4, end - c)); }
+
+// Row strides in floats: an A operand's (lane (g, q) reads row g, column q: 4 mod 8 puts the 32
+// lanes in 32 banks) and a B operand's (row q, column g: 8 mod 16).
+LATENTKV_HD constexpr int a_stride(int cols) { return round_up(cols, 8) + 4; }
+LATENTKV_HD constexpr int b_stride(int cols) { return round_up(round_up(cols, 8) + 8, 16) - 8; }
+
+// The dynamic shared memory of a block, in floats: w_down [k_rows][down_ld], the block's columns
+// of [w_up_k | w_up_v] [rank_cols][up_ld], the hidden tile [16 kM][hidden_ld], the latent tile
+// [16 kM][latent_ld], then the out offsets of the block's columns (int64 [kBlockCols]).
+struct TilesPlan {
+  int k_rows, rank_cols;  // D and R rounded up to a K step (zeros past them)
+  int down_ld, up_ld, hidden_ld, latent_ld;
+  int w_up, hidden, latent, col_offsets, total;  // offsets of the regions; size
+  __host__ __device__ TilesPlan(int d, int r, int m_tiles) {
+    k_rows = round_up(d, 8);
+    rank_cols = round_up(r, 8);
+    down_ld = b_stride(kMaxRank);
+    up_ld = b_stride(kBlockCols);
+    hidden_ld = a_stride(k_rows);
+    latent_ld = a_stride(kMaxRank);
+    w_up = k_rows * down_ld;
+    hidden = w_up + rank_cols * up_ld;
+    latent = hidden + 16 * m_tiles * hidden_ld;
+    col_offsets = round_up(latent + 16 * m_tiles * latent_ld, 2);
+    total = col_offsets + 2 * kBlockCols;
+  }
+  size_t bytes() const { return sizeof(float) * static_cast<size_t>(total); }
+};
+
+// The four A-fragment elements of one K step, split: rows g and g + 8 of `row` (stride ld),
+// columns q and q + 4 (the pointer is at row g, column 8 s + q).
+struct SplitA {
+  uint32_t big[4], small[4];
+  __device__ __forceinline__ SplitA(const float* at, int ld) {
+    const float x[4] = {at[0], at[8 * ld], at[4], at[8 * ld + 4]};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const Split s = split_tf32(x[i]);
+      big[i] = s.big;
+      small[i] = s.small;
+    }
+  }
+};
+
+// The B fragment of one K step at column `col` (the pointer at row q, column g of the step's rows,
+// stride ld): rows q and q + 4, split.
+struct SplitB {
+  Split b0, b1;
+  __device__ __forceinline__ SplitB(const float* at, int col, int ld)
+      : b0(split_tf32(at[col])), b1(split_tf32(at[4 * ld + col])) {}
+};
+
+// One 3xTF32 step: small(a) big(b) into sb, big(a) small(b) into bs, big(a) big(b) into bb (three
+// chains, or one where they are the same accumulator; the small products first).
+__device__ __forceinline__ void mma_3xtf32(float (&sb)[4], float (&bs)[4], float (&bb)[4],
+                                           const SplitA& a, const SplitB& b) {
+  mma_tf32(sb, a.small, b.b0.big, b.b1.big);
+  mma_tf32(bs, a.big, b.b0.small, b.b1.small);
+  mma_tf32(bb, a.big, b.b0.big, b.b1.big);
+}
+
+// One K step of a warp's n-tiles: A rows g and g + 8 at a_at (stride a_ld, the step's column
+// q), n-tile i's B at b_row + 8 kGroups i (stride b_ld); the three terms into sb, bs, bb.
+template <int kTiles, int kGroups>
+__device__ __forceinline__ void mma_k_step(float (&sb)[kTiles][4], float (&bs)[kTiles][4],
+                                           float (&bb)[kTiles][4], const float* a_at, int a_ld,
+                                           const float* b_row, int b_ld) {
+  const SplitA a(a_at, a_ld);
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    mma_3xtf32(sb[i], bs[i], bb[i], a, SplitB(b_row, 8 * kGroups * i, b_ld));
+  }
+}
+
+// The tile's hidden rows into shared memory (part of the caller's cp.async group, or stored in
+// place): rows past T and columns past D as zeros.
+template <int kM>
+__device__ __forceinline__ void stage_hidden(const TilesParams& p, const TilesPlan& plan,
+                                             float* hidden, int tile, int tid) {
+  const int vectors = plan.k_rows / 4;  // per row
+  for (int i = tid; i < 16 * kM * vectors; i += kThreads) {
+    const int row = i / vectors, c = 4 * (i - row * vectors);
+    const int token = tile * 16 * kM + row;
+    const int count = token < p.tokens ? in_row(c, p.model_dim) : 0;
+    const float* src =
+        count > 0
+            ? p.hidden + token_offset(token, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) + c
+            : p.hidden;
+    stage4(hidden + row * plan.hidden_ld + c, src, count, p.vector_rows, p.hidden);
+  }
+}
+
+template <int kM>
+__global__ void __launch_bounds__(kThreads, 1)
+    kv_proj_fused_3xtf32_tiles(const __grid_constant__ TilesParams p) {
+  constexpr int kGroups = kWarps / kM;  // warps per m-tile; a warp takes every kGroups-th n-tile
+  constexpr int kDownTiles = kMaxRank / 8;
+  constexpr int kDownPerWarp = kDownTiles > kGroups ? kDownTiles / kGroups : 1;
+  constexpr int kUpPerWarp = kBlockCols / 8 / kGroups;
+  static_assert(kDownTiles % kGroups == 0 || kGroups % kDownTiles == 0, "whole n-tiles per warp");
+  extern __shared__ float4 smem_tiles[];
+  const TilesPlan plan(p.model_dim, p.rank, kM);
+  float* w_down_s = reinterpret_cast<float*>(smem_tiles);  // [k_rows][down_ld]
+  float* w_up_s = w_down_s + plan.w_up;                    // [rank_cols][up_ld]
+  float* hidden_s = w_down_s + plan.hidden;                // [16 kM][hidden_ld]
+  float* latent_s = w_down_s + plan.latent;                // [16 kM][latent_ld]
+  int64_t* col_offset_s = reinterpret_cast<int64_t*>(w_down_s + plan.col_offsets);
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, q = lane % 4;  // the fragments' row group and column
+  const int m = warp % kM, group = warp / kM;
+  const int D = p.model_dim, R = p.rank, N = p.kv_width;
+  const int column0 = blockIdx.y * kBlockCols;
+  const int cols = min(kBlockCols, 2 * N - column0);  // even (2N is; column0 is 256 k)
+  const int k_steps = plan.k_rows / 8, r_steps = plan.rank_cols / 8;
+
+  // Group 0: the first tile's hidden rows and w_down. Group 1: the block's [K | V] columns, in
+  // flight during the first down product, and the out offsets of those columns (-1 past 2N).
+  stage_hidden<kM>(p, plan, hidden_s, blockIdx.x, tid);
+  constexpr int kRankVectors = kMaxRank / 4;  // every column a down n-tile reads
+  for (int i = tid; i < plan.k_rows * kRankVectors; i += kThreads) {
+    const int k = i / kRankVectors, c = 4 * (i % kRankVectors);
+    const int count = k < D ? in_row(c, R) : 0;
+    stage4(w_down_s + k * plan.down_ld + c,
+           count > 0 ? p.w_down + int64_t{k} * p.w_down_stride + c : p.w_down, count,
+           p.vector_rows, p.w_down);
+  }
+  commit_copies();
+  constexpr int kColVectors = kBlockCols / 4;
+  for (int i = tid; i < plan.rank_cols * kColVectors; i += kThreads) {
+    const int r = i / kColVectors, c = 4 * (i % kColVectors);
+    const int count = r < R ? in_row(c, cols) : 0;
+    const auto source = [&](int j) {  // column j of [w_up_k | w_up_v], row r
+      return j < N ? p.w_up_k + int64_t{r} * p.w_up_k_stride + j
+                   : p.w_up_v + int64_t{r} * p.w_up_v_stride + (j - N);
+    };
+    float* dst = w_up_s + r * plan.up_ld + c;
+    if (p.vector_rows) {  // N % 4 == 0: a vector lies in K or in V
+      copy16_async(dst, count > 0 ? source(column0 + c) : p.w_up_k, count > 0);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dst[e] = e < count ? *source(column0 + c + e) : 0.f;
+    }
+  }
+  commit_copies();
+  for (int c = tid; c < kBlockCols; c += kThreads) {
+    const int j = column0 + c, kv = j >= N, n = j - kv * N;
+    const int64_t head = n / p.head_dim;
+    col_offset_s[c] =
+        c < cols ? kv * p.out_stride_kv + head * p.out_stride_head + n % p.head_dim : -1;
+  }
+
+  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+    // The tile's hidden rows: group 0 on the first tile (group 1 may still be in flight), else the
+    // group the previous tile committed.
+    if (tile == static_cast<int>(blockIdx.x)) {
+      wait_copies<1>();
+    } else {
+      wait_copies<0>();
+    }
+    __syncthreads();
+    const int row0 = 16 * m + g;                // the warp's rows g and g + 8 of the tile
+    const int token0 = tile * 16 * kM + row0;
+
+    // Down: latent [16, 8] per n-tile j = group + kGroups i, over every K step of D.
+    if (group < kDownTiles) {
+      float bb[kDownPerWarp][4] = {}, sb[kDownPerWarp][4] = {}, bs[kDownPerWarp][4] = {};
+      const float* a_at = hidden_s + row0 * plan.hidden_ld + q;
+      const float* b_at = w_down_s + q * plan.down_ld + 8 * group + g;
+#pragma unroll 4
+      for (int s = 0; s < k_steps; ++s) {
+        mma_k_step<kDownPerWarp, kGroups>(sb, bs, bb, a_at + 8 * s, plan.hidden_ld,
+                                          b_at + 8 * s * plan.down_ld, plan.down_ld);
+      }
+      // Accumulator i holds rows g (0, 1) and g + 8 (2, 3) at columns 2q, 2q + 1 of its n-tile.
+#pragma unroll
+      for (int i = 0; i < kDownPerWarp; ++i) {
+        const int c = 8 * (group + kGroups * i) + 2 * q;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float v0 = (sb[i][2 * h] + bs[i][2 * h]) + bb[i][2 * h];
+          const float v1 = (sb[i][2 * h + 1] + bs[i][2 * h + 1]) + bb[i][2 * h + 1];
+          latent_s[(row0 + 8 * h) * plan.latent_ld + c] = v0;
+          latent_s[(row0 + 8 * h) * plan.latent_ld + c + 1] = v1;
+          const int t = token0 + 8 * h;
+          if (p.latent != nullptr && blockIdx.y == 0 && t < p.tokens && c < R) {
+            float* dst = p.latent + token_offset(t, p.seq, p.latent_stride_batch,
+                                                 p.latent_stride_seq) + c;
+            dst[0] = v0;
+            if (c + 1 < R) dst[1] = v1;
+          }
+        }
+      }
+    }
+    __syncthreads();  // the latent tile is whole; the hidden tile is free
+
+    // The next tile's hidden rows, during this tile's up product (an empty group on the last).
+    const int next = tile + static_cast<int>(gridDim.x);
+    if (next < p.tiles) stage_hidden<kM>(p, plan, hidden_s, next, tid);
+    commit_copies();
+    wait_copies<1>();  // group 1: the [K | V] columns (done after the first tile)
+    __syncthreads();
+
+    // Up: [K | V] [16, 8] per n-tile j = group + kGroups i of the block's columns, over R.
+    float acc[kUpPerWarp][4] = {};
+    const float* a_at = latent_s + row0 * plan.latent_ld + q;
+    const float* b_at = w_up_s + q * plan.up_ld + 8 * group + g;
+#pragma unroll
+    for (int s = 0; s < kMaxRank / 8; ++s) {
+      if (s >= r_steps) break;
+      mma_k_step<kUpPerWarp, kGroups>(acc, acc, acc, a_at + 8 * s, plan.latent_ld,
+                                      b_at + 8 * s * plan.up_ld, plan.up_ld);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int t = token0 + 8 * h;
+      if (t >= p.tokens) continue;
+      float* out_row = p.out + token_offset(t, p.seq, p.out_stride_batch, p.out_stride_seq);
+#pragma unroll
+      for (int i = 0; i < kUpPerWarp; ++i) {
+        const int c = 8 * (group + kGroups * i) + 2 * q;
+        if (c >= cols) continue;  // cols is even: c + 1 is in too
+        const float v0 = acc[i][2 * h], v1 = acc[i][2 * h + 1];
+        if (p.pair_stores) {
+          *reinterpret_cast<float2*>(out_row + col_offset_s[c]) = make_float2(v0, v1);
+        } else {
+          out_row[col_offset_s[c]] = v0;
+          out_row[col_offset_s[c + 1]] = v1;
+        }
+      }
+    }
+  }
+}
+
+template <int kM>
+Status opt_in(const DeviceFacts& f) {
+  return cuda_status(cudaFuncSetAttribute(kv_proj_fused_3xtf32_tiles<kM>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(f.smem_optin)),
+                     "cudaFuncSetAttribute(kv_proj_fused_3xtf32_tiles, "
+                     "MaxDynamicSharedMemorySize)");
+}
+
+// The per-device setup (prepared_device): the three kernels opted in to the device's shared
+// memory.
+struct TilesKernels {
+  static Status setup(const DeviceFacts& f) {
+    if (Status s = opt_in<1>(f); !s.ok()) return s;
+    if (Status s = opt_in<2>(f); !s.ok()) return s;
+    return opt_in<4>(f);
+  }
+};
+
+int64_t column_blocks(const Problem& p) { return ceil_div<int64_t>(2 * p.kv_width(), kBlockCols); }
+
+// m-tiles per block tile: the smallest of 1, 2, 4 whose grid of tiles x column blocks fits the
+// SMs once; 4 where none does (persistent blocks, several tiles each).
+int m_tiles(const Problem& p, const DeviceFacts& f) {
+  for (int m = 1; m < kMaxMTiles; m *= 2) {
+    if (ceil_div<int64_t>(p.tokens(), 16 * m) * column_blocks(p) <= f.sm_count) return m;
+  }
+  return kMaxMTiles;
+}
+
+template <int kM>
+void launch(const TilesParams& k, int64_t blocks_y, int sm_count, size_t smem, Stream stream) {
+  const int64_t per_column_block = std::max<int64_t>(1, sm_count / blocks_y);
+  const int64_t blocks_x = std::min<int64_t>(k.tiles, per_column_block);
+  kv_proj_fused_3xtf32_tiles<kM><<<dim3(static_cast<unsigned>(blocks_x),
+                                        static_cast<unsigned>(blocks_y)),
+                                   kThreads, smem, stream>>>(k);
+}
+
+}  // namespace
+
+bool fused_token_tiles_takes(const Problem& p, const Args& a, const DeviceFacts& f) {
+  if (f.major < 8 || compiled_arch<kv_proj_fused_3xtf32_tiles<1>>() < 80) return false;
+  if (p.model_dim > tiles::kFusedTilesMaxModelDim || p.rank > kMaxRank) return false;
+  if (column_blocks(p) > 65535) return false;
+  const TilesPlan plan(static_cast<int>(p.model_dim), static_cast<int>(p.rank), m_tiles(p, f));
+  return plan.bytes() <= f.smem_optin;
+}
+
+Status run_fused_token_tiles(const Problem& p, const Args& a, const DeviceFacts& facts,
+                             Stream stream) {
+  const DeviceFacts* prepared = &facts;
+  if (Status s = prepared_device<TilesKernels>(&prepared); !s.ok()) return s;
+  const DeviceFacts& f = *prepared;
+  const int m = m_tiles(p, f);
+  TilesParams k;
+  copy_fused_args(p, a, k);
+  k.tiles = static_cast<int>(ceil_div<int64_t>(p.tokens(), 16 * m));
+  k.vector_rows = fused_rows_16_bytes(p, a);
+  k.pair_stores = p.head_dim % 2 == 0 && is_aligned(a.out, 8) && a.out_stride_kv % 2 == 0 &&
+                  a.out_stride_batch % 2 == 0 && a.out_stride_seq % 2 == 0 &&
+                  a.out_stride_head % 2 == 0;
+  const size_t smem =
+      TilesPlan(static_cast<int>(p.model_dim), static_cast<int>(p.rank), m).bytes();
+  const int64_t blocks_y = column_blocks(p);
+  if (m == 1) launch<1>(k, blocks_y, f.sm_count, smem, stream);
+  if (m == 2) launch<2>(k, blocks_y, f.sm_count, smem, stream);
+  if (m == 4) launch<4>(k, blocks_y, f.sm_count, smem, stream);
+  return cuda_status(cudaGetLastError(), "kv_proj_fused_3xtf32_tiles launch");
+}
+
+}  // namespace latentkv::detail

@@ -1,18 +1,18 @@
 // cuda-fused's token-tile configuration (asked where the streaming grid would pass two blocks per
 // SM and the tensor-core configuration does not take the call, heuristics.h; D <= 256, R <= 64,
-// sm_80 code): the founding projection for
-// many tokens on mma.sync m16n8k8 in 3xTF32 (ptx.h: split_tf32), float32 to ~1e-6, as a GEMM with
-// the tokens as the MMA's M.
+// sm_80 code): the founding projection for many tokens on mma.sync m16n8k8 in 3xTF32 (ptx.h:
+// split_tf32), float32 to ~1e-6, as a GEMM with the tokens as the MMA's M.
 //
 // The tensor-core configuration (fused_fp32_tensor_core.cu) puts 8 tokens on the MMA's N, one tile
 // a block: a latency chain per tile that pays only while the tiles fit the SMs once. Here a block
-// tile is 16 x kM tokens (kM = 1, 2 or 4: the smallest whose grid fits the SMs once, 4
-// past that), and the grid is persistent: each block copies w_down and its 256 columns of
+// tile is 16 x kM tokens (kM = 1, 2 or 4: the smallest whose grid fits the SMs once, 4 past
+// that), and the grid is persistent: each block copies w_down and its 256 columns of
 // [w_up_k | w_up_v] into shared memory once and walks its tiles, the next tile's hidden rows
 // arriving by cp.async during the current tile's up product. Per tile:
-//   down: latent [16 kM, R] = hidden [16 kM, D] @ w_down [D, R]; warp w takes m-tile w % kM and
-//         the n-tiles (8 latent columns each) w / kM, + 8 / kM, ...; no split over D, so the
-//         latent goes from the accumulators to shared memory (and to the latent output) once;
+//   down: latent [16 kM, R] = hidden [16 kM, D] @ w_down [D, R]; of the 16 warps, warp w takes
+//         m-tile w % kM and the n-tiles (8 latent columns each) w / kM, + 16 / kM, ...; no split
+//         over D, so the latent goes from the accumulators to shared memory (and to the latent
+//         output) once;
 //   up:   [K | V] [16 kM, 256] = latent @ [w_up_k | w_up_v], the same warp map over the block's
 //         32 column n-tiles; the accumulators are stored to K and V (two adjacent columns as one
 //         8-byte store where the layout allows).
@@ -20,16 +20,16 @@
 // warp. Shared-memory rows are padded so that no fragment read conflicts: A operands (lane (g, q)
 // at row g, column q) have strides of 4 mod 8, B operands (row q, column g) 8 mod 16. Everything
 // a fragment reads outside the matrices (rows past T, columns past D or R) is zero-filled.
-// The loops over a warp's n-tiles have no branches (the down product always runs R's 8 n-tiles
-// of 64 columns, zero-filled past R; the up product all of the block's 256 columns, zero-filled
-// past 2N), so ptxas issues a K step's shared-memory loads together: with a warp-uniform branch
-// per n-tile each load waited on its own, at three times the time (docs/experiments.md). Down
+// The loops over a warp's n-tiles have no branches (the down product always runs 8 n-tiles, 64
+// columns zero-filled past R; the up product all of the block's 256 columns, zero-filled past
+// 2N), so ptxas issues a K step's shared-memory loads together: with a warp-uniform branch
+// per n-tile each load waited on its own (with 8 warps: 1.3-1.4x the time; experiments.md). Down
 // products keep their three 3xTF32 terms in three accumulators (chains a third as long, for the
 // few warps of kM = 1); up products have enough independent n-tiles per warp for one.
 //
 // Column blocks (gridDim.y) cover 2N past 256, each recomputing the latent. Inputs whose rows are
 // 16-byte vectors (kernel_args.h: fused_rows_16_bytes) are staged by cp.async; any other layout
-// (odd widths, strides or pointers) by element loads stored in place: slower, same results.
+// (odd widths, strides or pointers) by element loads stored in place.
 #include <cuda_runtime.h>
 
 #include "cuda/common.h"

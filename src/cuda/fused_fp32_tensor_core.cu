@@ -89,18 +89,10 @@ struct TcPlan {
   size_t bytes() const { return sizeof(float) * static_cast<size_t>(total); }
 };
 
-// acc += a @ b in 3xTF32 for one 16 x 8 x 8 step; the small products go first, so they are not
-// lost against the big product's magnitude.
+// acc += a @ b in 3xTF32 for one 16 x 8 x 8 step (ptx.h), one accumulator.
 __device__ __forceinline__ void mma_3xtf32(float (&acc)[4], const float (&a)[4], Split b0,
                                            Split b1) {
-  Split as[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) as[i] = split_tf32(a[i]);
-  const uint32_t a_big[4] = {as[0].big, as[1].big, as[2].big, as[3].big};
-  const uint32_t a_small[4] = {as[0].small, as[1].small, as[2].small, as[3].small};
-  mma_tf32(acc, a_small, b0.big, b1.big);
-  mma_tf32(acc, a_big, b0.small, b1.small);
-  mma_tf32(acc, a_big, b0.big, b1.big);
+  mma_3xtf32(acc, acc, acc, SplitA(a), b0, b1);
 }
 
 // The token tile's hidden rows into shared memory (part of the caller's cp.async group): rows past

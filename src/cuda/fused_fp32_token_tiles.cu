@@ -101,48 +101,21 @@ struct TilesPlan {
   size_t bytes() const { return sizeof(float) * static_cast<size_t>(total); }
 };
 
-// The four A-fragment elements of one K step, split: rows g and g + 8 of `row` (stride ld),
-// columns q and q + 4 (the pointer is at row g, column 8 s + q).
-struct SplitA {
-  uint32_t big[4], small[4];
-  __device__ __forceinline__ SplitA(const float* at, int ld) {
-    const float x[4] = {at[0], at[8 * ld], at[4], at[8 * ld + 4]};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const Split s = split_tf32(x[i]);
-      big[i] = s.big;
-      small[i] = s.small;
-    }
-  }
-};
-
-// The B fragment of one K step at column `col` (the pointer at row q, column g of the step's rows,
-// stride ld): rows q and q + 4, split.
-struct SplitB {
-  Split b0, b1;
-  __device__ __forceinline__ SplitB(const float* at, int col, int ld)
-      : b0(split_tf32(at[col])), b1(split_tf32(at[4 * ld + col])) {}
-};
-
-// One 3xTF32 step: small(a) big(b) into sb, big(a) small(b) into bs, big(a) big(b) into bb (three
-// chains, or one where they are the same accumulator; the small products first).
-__device__ __forceinline__ void mma_3xtf32(float (&sb)[4], float (&bs)[4], float (&bb)[4],
-                                           const SplitA& a, const SplitB& b) {
-  mma_tf32(sb, a.small, b.b0.big, b.b1.big);
-  mma_tf32(bs, a.big, b.b0.small, b.b1.small);
-  mma_tf32(bb, a.big, b.b0.big, b.b1.big);
-}
-
-// One K step of a warp's n-tiles: A rows g and g + 8 at a_at (stride a_ld, the step's column
-// q), n-tile i's B at b_row + 8 kGroups i (stride b_ld); the three terms into sb, bs, bb.
+// One K step of a warp's n-tiles (ptx.h: mma_3xtf32): the A fragment at rows g and g + 8,
+// columns q and q + 4 of a_at (stride a_ld; the pointer at row g, the step's column q), split once;
+// n-tile i's B at rows q and q + 4 of b_row + 8 kGroups i (stride b_ld); the three terms into sb,
+// bs, bb.
 template <int kTiles, int kGroups>
 __device__ __forceinline__ void mma_k_step(float (&sb)[kTiles][4], float (&bs)[kTiles][4],
                                            float (&bb)[kTiles][4], const float* a_at, int a_ld,
                                            const float* b_row, int b_ld) {
-  const SplitA a(a_at, a_ld);
+  const float x[4] = {a_at[0], a_at[8 * a_ld], a_at[4], a_at[8 * a_ld + 4]};
+  const SplitA a(x);
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) {
-    mma_3xtf32(sb[i], bs[i], bb[i], a, SplitB(b_row, 8 * kGroups * i, b_ld));
+    const int col = 8 * kGroups * i;
+    const Split b0 = split_tf32(b_row[col]), b1 = split_tf32(b_row[4 * b_ld + col]);
+    mma_3xtf32(sb[i], bs[i], bb[i], a, b0, b1);
   }
 }
 

@@ -247,6 +247,29 @@ __device__ __forceinline__ Split split_tf32(float x) {
   return {big, __float_as_uint(x - __uint_as_float(big))};
 }
 
+// An m16n8k8 A fragment's four elements, split.
+struct SplitA {
+  uint32_t big[4], small[4];
+  __device__ __forceinline__ explicit SplitA(const float (&x)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const Split s = split_tf32(x[i]);
+      big[i] = s.big;
+      small[i] = s.small;
+    }
+  }
+};
+
+// One 16 x 8 x 8 step in 3xTF32: small(a) big(b) into sb, big(a) small(b) into bs, big(a) big(b)
+// into bb (three chains, or one where they are the same accumulator; the small products first,
+// so they are not lost against the big product's magnitude).
+__device__ __forceinline__ void mma_3xtf32(float (&sb)[4], float (&bs)[4], float (&bb)[4],
+                                           const SplitA& a, Split b0, Split b1) {
+  mma_tf32(sb, a.small, b0.big, b1.big);
+  mma_tf32(bs, a.big, b0.small, b1.small);
+  mma_tf32(bb, a.big, b0.big, b1.big);
+}
+
 // Host side: the virtual architecture `Kernel` was compiled for on the current device (90 for
 // sm_90a code, 80 where a binary built for sm_80 alone runs on Hopper from compute_80 PTX; 0 when
 // the query fails). Code compiled below an instruction's architecture holds the stand-ins above,

@@ -239,7 +239,9 @@ inline bool fused_use_resident(int64_t tiles, bool weights_fit, int sm_count) {
 // UTC, the shipped kernel; the configurations before it in a 14:41 run): T=1057 7.57 us against
 // the cluster's 8.76, T=2048 7.97 against 10.4, T=4096 11.1 against 14.7, T=6144 16.1 against
 // 23.2, T=16384 29.6 against 55.4; inside the tensor-core window they lost (T=529 7.54 against
-// 6.72, T=733 7.56 against 6.81). At T <= 64 the two were within 6% of each other.
+// 6.72, T=733 7.56 against 6.81). At T <= 64 the two were within 6% of each other. With the
+// staging's layout as a template parameter instead of a runtime flag (19:10 UTC, same call):
+// T=1057 7.04 against 7.57, T=2048 7.77 / 7.96, T=6144 15.4 / 16.1, T=16384 29.1 / 29.7.
 constexpr int kFusedClusterMinStreamBlocksPerSm = 2;
 inline bool fused_use_cluster(int64_t stream_blocks, int sm_count) {
   return stream_blocks > int64_t{kFusedClusterMinStreamBlocksPerSm} * sm_count;

@@ -53,16 +53,15 @@ static_assert(kWarps % kMaxMTiles == 0, "every m-tile gets the same number of wa
 
 struct TilesParams : FusedParamsBase {
   int tiles;         // token tiles of 16 kM tokens
-  bool vector_rows;  // every input row is whole 16-byte vectors (kernel_args.h): cp.async
   bool pair_stores;  // two adjacent [K | V] columns are one aligned 8-byte word of out
 };
 
 // Four floats of a row into shared memory, the first `count` (0..4) from src and the rest zeros:
-// one 16-byte cp.async (part of the caller's group) where the rows are vectors (count is then 0
-// or 4), else element loads stored in place. `any` is a valid address for an empty copy.
-__device__ __forceinline__ void stage4(float* dst, const float* src, int count, bool vectors,
-                                       const float* any) {
-  if (vectors) {
+// one 16-byte cp.async (part of the caller's group) where the rows are vectors (kVectors: count is
+// then 0 or 4), else element loads stored in place. `any` is a valid address for an empty copy.
+template <bool kVectors>
+__device__ __forceinline__ void stage4(float* dst, const float* src, int count, const float* any) {
+  if constexpr (kVectors) {
     copy16_async(dst, count > 0 ? src : any, count > 0);
     return;
   }
@@ -121,7 +120,7 @@ __device__ __forceinline__ void mma_k_step(float (&sb)[kTiles][4], float (&bs)[k
 
 // The tile's hidden rows into shared memory (part of the caller's cp.async group, or stored in
 // place): rows past T and columns past D as zeros.
-template <int kM>
+template <int kM, bool kVectors>
 __device__ __forceinline__ void stage_hidden(const TilesParams& p, const TilesPlan& plan,
                                              float* hidden, int tile, int tid) {
   const int vectors = plan.k_rows / 4;  // per row
@@ -133,11 +132,12 @@ __device__ __forceinline__ void stage_hidden(const TilesParams& p, const TilesPl
         count > 0
             ? p.hidden + token_offset(token, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) + c
             : p.hidden;
-    stage4(hidden + row * plan.hidden_ld + c, src, count, p.vector_rows, p.hidden);
+    stage4<kVectors>(hidden + row * plan.hidden_ld + c, src, count, p.hidden);
   }
 }
 
-template <int kM>
+// kVectors: every input row is whole 16-byte vectors (kernel_args.h: fused_rows_16_bytes).
+template <int kM, bool kVectors>
 __global__ void __launch_bounds__(kThreads, 1)
     kv_proj_fused_3xtf32_tiles(const __grid_constant__ TilesParams p) {
   constexpr int kGroups = kWarps / kM;  // warps per m-tile; a warp takes every kGroups-th n-tile
@@ -163,14 +163,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Group 0: the first tile's hidden rows and w_down. Group 1: the block's [K | V] columns, in
   // flight during the first down product, and the out offsets of those columns (-1 past 2N).
-  stage_hidden<kM>(p, plan, hidden_s, blockIdx.x, tid);
+  stage_hidden<kM, kVectors>(p, plan, hidden_s, blockIdx.x, tid);
   constexpr int kRankVectors = kMaxRank / 4;  // every column a down n-tile reads
   for (int i = tid; i < plan.k_rows * kRankVectors; i += kThreads) {
     const int k = i / kRankVectors, c = 4 * (i % kRankVectors);
     const int count = k < D ? in_row(c, R) : 0;
-    stage4(w_down_s + k * plan.down_ld + c,
-           count > 0 ? p.w_down + int64_t{k} * p.w_down_stride + c : p.w_down, count,
-           p.vector_rows, p.w_down);
+    stage4<kVectors>(w_down_s + k * plan.down_ld + c,
+                     count > 0 ? p.w_down + int64_t{k} * p.w_down_stride + c : p.w_down, count,
+                     p.w_down);
   }
   commit_copies();
   constexpr int kColVectors = kBlockCols / 4;
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                    : p.w_up_v + int64_t{r} * p.w_up_v_stride + (j - N);
     };
     float* dst = w_up_s + r * plan.up_ld + c;
-    if (p.vector_rows) {  // N % 4 == 0: a vector lies in K or in V
+    if constexpr (kVectors) {  // N % 4 == 0: a vector lies in K or in V
       copy16_async(dst, count > 0 ? source(column0 + c) : p.w_up_k, count > 0);
     } else {
 #pragma unroll
@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // The next tile's hidden rows, during this tile's up product (an empty group on the last).
     const int next = tile + static_cast<int>(gridDim.x);
-    if (next < p.tiles) stage_hidden<kM>(p, plan, hidden_s, next, tid);
+    if (next < p.tiles) stage_hidden<kM, kVectors>(p, plan, hidden_s, next, tid);
     commit_copies();
     wait_copies<1>();  // group 1: the [K | V] columns (done after the first tile)
     __syncthreads();
@@ -279,22 +279,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <int kM>
+template <int kM, bool kVectors>
 Status opt_in(const DeviceFacts& f) {
-  return cuda_status(cudaFuncSetAttribute(kv_proj_fused_3xtf32_tiles<kM>,
+  return cuda_status(cudaFuncSetAttribute(kv_proj_fused_3xtf32_tiles<kM, kVectors>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(f.smem_optin)),
                      "cudaFuncSetAttribute(kv_proj_fused_3xtf32_tiles, "
                      "MaxDynamicSharedMemorySize)");
 }
 
-// The per-device setup (prepared_device): the three kernels opted in to the device's shared
-// memory.
+template <bool kVectors>
+Status opt_in_all(const DeviceFacts& f) {
+  if (Status s = opt_in<1, kVectors>(f); !s.ok()) return s;
+  if (Status s = opt_in<2, kVectors>(f); !s.ok()) return s;
+  return opt_in<4, kVectors>(f);
+}
+
+// The per-device setup (prepared_device): the six kernels opted in to the device's shared memory.
 struct TilesKernels {
   static Status setup(const DeviceFacts& f) {
-    if (Status s = opt_in<1>(f); !s.ok()) return s;
-    if (Status s = opt_in<2>(f); !s.ok()) return s;
-    return opt_in<4>(f);
+    if (Status s = opt_in_all<true>(f); !s.ok()) return s;
+    return opt_in_all<false>(f);
   }
 };
 
@@ -309,11 +314,11 @@ int m_tiles(const Problem& p, const DeviceFacts& f) {
   return kMaxMTiles;
 }
 
-template <int kM>
+template <int kM, bool kVectors>
 void launch(const TilesParams& k, int64_t blocks_y, int sm_count, size_t smem, Stream stream) {
   const int64_t per_column_block = std::max<int64_t>(1, sm_count / blocks_y);
   const int64_t blocks_x = std::min<int64_t>(k.tiles, per_column_block);
-  kv_proj_fused_3xtf32_tiles<kM><<<dim3(static_cast<unsigned>(blocks_x),
+  kv_proj_fused_3xtf32_tiles<kM, kVectors><<<dim3(static_cast<unsigned>(blocks_x),
                                         static_cast<unsigned>(blocks_y)),
                                    kThreads, smem, stream>>>(k);
 }
@@ -321,7 +326,7 @@ void launch(const TilesParams& k, int64_t blocks_y, int sm_count, size_t smem, S
 }  // namespace
 
 bool fused_token_tiles_takes(const Problem& p, const Args& a, const DeviceFacts& f) {
-  if (f.major < 8 || compiled_arch<kv_proj_fused_3xtf32_tiles<1>>() < 80) return false;
+  if (f.major < 8 || compiled_arch<kv_proj_fused_3xtf32_tiles<1, true>>() < 80) return false;
   if (p.model_dim > tiles::kFusedTilesMaxModelDim || p.rank > kMaxRank) return false;
   if (column_blocks(p) > 65535) return false;
   const TilesPlan plan(static_cast<int>(p.model_dim), static_cast<int>(p.rank), m_tiles(p, f));
@@ -337,16 +342,16 @@ Status run_fused_token_tiles(const Problem& p, const Args& a, const DeviceFacts&
   TilesParams k;
   copy_fused_args(p, a, k);
   k.tiles = static_cast<int>(ceil_div<int64_t>(p.tokens(), 16 * m));
-  k.vector_rows = fused_rows_16_bytes(p, a);
   k.pair_stores = p.head_dim % 2 == 0 && is_aligned(a.out, 8) && a.out_stride_kv % 2 == 0 &&
                   a.out_stride_batch % 2 == 0 && a.out_stride_seq % 2 == 0 &&
                   a.out_stride_head % 2 == 0;
   const size_t smem =
       TilesPlan(static_cast<int>(p.model_dim), static_cast<int>(p.rank), m).bytes();
   const int64_t blocks_y = column_blocks(p);
-  if (m == 1) launch<1>(k, blocks_y, f.sm_count, smem, stream);
-  if (m == 2) launch<2>(k, blocks_y, f.sm_count, smem, stream);
-  if (m == 4) launch<4>(k, blocks_y, f.sm_count, smem, stream);
+  const bool vectors = fused_rows_16_bytes(p, a);
+  if (m == 1) (vectors ? launch<1, true> : launch<1, false>)(k, blocks_y, f.sm_count, smem, stream);
+  if (m == 2) (vectors ? launch<2, true> : launch<2, false>)(k, blocks_y, f.sm_count, smem, stream);
+  if (m == 4) (vectors ? launch<4, true> : launch<4, false>)(k, blocks_y, f.sm_count, smem, stream);
   return cuda_status(cudaGetLastError(), "kv_proj_fused_3xtf32_tiles launch");
 }
 

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# One device call for a same-machine A/B of whole trees: builds the working tree (A, with its GPU
+# tests), the tree of AB_TAR (a `git archive` of an earlier commit, as B) and the working tree with
+# each patch of PATCHES applied (C, D, ...), runs A's GPU tests (TESTS, a gtest filter) and
+# compute-sanitizer memcheck and racecheck on SANITIZE (a filter; racecheck hazards are counted in
+# our kernels only, cuBLAS's nvjet_* report their own), then every bench line of CASES (';'
+# separated latentkv-bench arguments; VARIANTS_<n>=letters limits line n to some variants) on each
+# variant, two rounds in alternating order, and prints one table: fused us per variant and the
+# baseline's. Logs in $OUT/logs.tgz (the device tool brings back at most 8 files).
+#   AB_TAR=.carry/base.tar PATCHES=".carry/x.patch" CASES="--preset seed --tokens 1,64" \
+#     bash dev/variants_ab.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT0=${OUT:-$PWD/gpu-out}; L=$OUT0/l; mkdir -p "$L"
+trap 'tar -czf "$OUT0/logs.tgz" -C "$OUT0" l && rm -rf "$L"' EXIT
+W=/tmp/variants; rm -rf $W && mkdir -p $W/A
+git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C $W/A
+variants=(A)
+if [ -n "${AB_TAR:-}" ]; then mkdir -p $W/B && tar -xf "$AB_TAR" -C $W/B && variants+=(B); fi
+n=0
+for patch in ${PATCHES:-}; do
+  v=$(printf "\\x$(printf %x $((67 + n)))"); n=$((n + 1))
+  cp -r $W/A $W/$v && patch -d $W/$v -p1 -s < "$patch" || { echo "patch $patch failed"; exit 1; }
+  variants+=("$v")
+done
+gen=""; command -v ninja >/dev/null && gen="-G Ninja"
+pids=()
+for v in "${variants[@]}"; do
+  tests=OFF; [ $v = A ] && tests=ON
+  (cmake -S $W/$v -B $W/$v/bg $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+     -DLATENTKV_BUILD_TESTS=$tests -DLATENTKV_BUILD_BENCH=ON > "$L/build_$v.log" 2>&1 &&
+   cmake --build $W/$v/bg -j 8 >> "$L/build_$v.log" 2>&1; echo "build $v rc=$?") &
+  pids+=($!)
+done
+wait "${pids[@]}"
+for v in "${variants[@]}"; do [ -x $W/$v/bg/bench/latentkv-bench ] || { tail -30 "$L/build_$v.log"; exit 1; }; done
+grep -ihE "spill|bytes stack frame" "$L"/build_*.log | grep -v " 0 bytes spill" | sort | uniq -c | head
+T=$(find $W/A/bg -name latentkv_test_gpu -type f | head -1)
+if [ -n "${TESTS:-}" ]; then
+  timeout 300 $T --gtest_brief=1 --gtest_filter="$TESTS" > "$L/test_A.log" 2>&1
+  echo "A tests ($TESTS) rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$L/test_A.log" | tr '\n' ' ')"
+  grep -m 10 -B 2 -A 8 "Failure" "$L/test_A.log" | head -50
+fi
+if [ -n "${SANITIZE:-}" ]; then
+  for tool in memcheck racecheck; do
+    timeout 240 compute-sanitizer --tool $tool $T --gtest_brief=1 --gtest_filter="$SANITIZE" \
+      > "$L/$tool.log" 2>&1
+    echo "A $tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool.log" | head -1);" \
+      "hazard lines outside nvjet: $(grep -E '^========= .*(hazard|Error)' -A 3 "$L/$tool.log" | grep -E 'in [a-z_]+' | grep -vc nvjet)"
+  done
+fi
+IFS=';' read -ra lines <<< "${CASES:-}"
+for round in 1 2; do
+  order=("${variants[@]}")
+  if [ $round = 2 ]; then order=(); for ((j=${#variants[@]}-1; j>=0; j--)); do order+=("${variants[$j]}"); done; fi
+  for i in "${!lines[@]}"; do
+    allowed=$(eval echo "\${VARIANTS_$i:-}")
+    for v in "${order[@]}"; do
+      [ -n "$allowed" ] && [[ "$allowed" != *$v* ]] && continue
+      $W/$v/bg/bench/latentkv-bench ${lines[$i]} --json > "$L/bench_${i}_${v}_$round.json" 2> "$L/bench_${i}_${v}_$round.err"
+    done
+  done
+done
+python3 - "$L" <<'PY'
+import glob, json, os, re, sys
+rows = {}
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "bench_*.json"))):
+    i, v, r = re.match(r"bench_(\d+)_([A-Z])_(\d)", os.path.basename(path)).groups()
+    for line in open(path):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        x = json.loads(line)
+        t = ((x.get("fused") or {}).get("time_us") or {}).get("median")
+        b = ((x.get("unfused") or {}).get("time_us") or {}).get("median")
+        ok = "" if x.get("result") in ("pass", "passed", "ok") else f" {x.get('result')}!"
+        stage = (x.get("shape") or {}).get("stage", "")
+        key = (int(i), f"{x.get('case')} {stage} [{x.get('strategy')}]{ok}")
+        e = rows.setdefault(key, {})
+        e.setdefault(v, []).append(t)
+        if b: e.setdefault("base", []).append(b)
+print("us per call (graph replay, inputs rotated, median), two rounds per variant; base = the bench's baseline")
+vs = sorted({v for e in rows.values() for v in e if v != "base"})
+print(f"{'case':58s} " + " ".join(f"{v:>13s}" for v in vs) + f" {'base':>13s}")
+f = lambda xs: " ".join(f"{x:6.2f}" for x in xs if x) if xs else "-"
+for key in sorted(rows):
+    e = rows[key]
+    print(f"{key[1][:58]:58s} " + " ".join(f"{f(e.get(v)):>13s}" for v in vs) + f" {f(e.get('base', [])[:2]):>13s}")
+PY

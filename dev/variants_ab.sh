@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device call for a same-machine A/B of whole trees: builds the working tree (A, with its GPU
 # tests), the tree of AB_TAR (a `git archive` of an earlier commit, as B) and the working tree with
-# each patch of PATCHES applied (C, D, ...), runs A's GPU tests (TESTS, a gtest filter) and
+# each patch of PATCHES applied (C, D, ...), runs the GPU tests (TESTS, a gtest filter) and
 # compute-sanitizer memcheck and racecheck on SANITIZE (a filter; racecheck hazards are counted in
-# our kernels only, cuBLAS's nvjet_* report their own), then every bench line of CASES (';'
+# our kernels only, cuBLAS's nvjet_* report their own) of A, or of each variant in TEST_VARIANTS
+# (letters; TESTS_<letter> and SANITIZE_<letter> override the filters per variant), then every bench line of CASES (';'
 # separated latentkv-bench arguments; VARIANTS_<n>=letters limits line n to some variants) on each
 # variant, two rounds in alternating order, and prints one table: fused us per variant and the
 # baseline's. Logs in $OUT/logs.tgz (the device tool brings back at most 8 files).
@@ -26,7 +27,7 @@ done
 gen=""; command -v ninja >/dev/null && gen="-G Ninja"
 pids=()
 for v in "${variants[@]}"; do
-  tests=OFF; [ $v = A ] && tests=ON
+  tests=OFF; [[ "${TEST_VARIANTS:-A}" == *$v* ]] && tests=ON
   (cmake -S $W/$v -B $W/$v/bg $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
      -DLATENTKV_BUILD_TESTS=$tests -DLATENTKV_BUILD_BENCH=ON > "$L/build_$v.log" 2>&1 &&
    cmake --build $W/$v/bg -j 8 >> "$L/build_$v.log" 2>&1; echo "build $v rc=$?") &
@@ -35,20 +36,23 @@ done
 wait "${pids[@]}"
 for v in "${variants[@]}"; do [ -x $W/$v/bg/bench/latentkv-bench ] || { tail -30 "$L/build_$v.log"; exit 1; }; done
 grep -ihE "spill|bytes stack frame" "$L"/build_*.log | grep -v " 0 bytes spill" | sort | uniq -c | head
-T=$(find $W/A/bg -name latentkv_test_gpu -type f | head -1)
-if [ -n "${TESTS:-}" ]; then
-  timeout 300 $T --gtest_brief=1 --gtest_filter="$TESTS" > "$L/test_A.log" 2>&1
-  echo "A tests ($TESTS) rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$L/test_A.log" | tr '\n' ' ')"
-  grep -m 10 -B 2 -A 8 "Failure" "$L/test_A.log" | head -50
-fi
-if [ -n "${SANITIZE:-}" ]; then
-  for tool in memcheck racecheck; do
-    timeout 240 compute-sanitizer --tool $tool $T --gtest_brief=1 --gtest_filter="$SANITIZE" \
-      > "$L/$tool.log" 2>&1
-    echo "A $tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool.log" | head -1);" \
-      "hazard lines outside nvjet: $(grep -E '^========= .*(hazard|Error)' -A 3 "$L/$tool.log" | grep -E 'in [a-z_]+' | grep -vc nvjet)"
-  done
-fi
+for v in $(echo "${TEST_VARIANTS:-A}" | grep -o .); do
+  T=$(find $W/$v/bg -name latentkv_test_gpu -type f | head -1)
+  TESTS_V=$(eval echo "\"\${TESTS_$v:-${TESTS:-}}\""); SANITIZE_V=$(eval echo "\"\${SANITIZE_$v:-${SANITIZE:-}}\"")
+  if [ -n "$TESTS_V" ]; then
+    timeout 300 $T --gtest_brief=1 --gtest_filter="$TESTS_V" > "$L/test_$v.log" 2>&1
+    echo "$v tests ($TESTS_V) rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$L/test_$v.log" | tr '\n' ' ')"
+    grep -m 10 -B 2 -A 8 "Failure" "$L/test_$v.log" | head -50
+  fi
+  if [ -n "$SANITIZE_V" ]; then
+    for tool in memcheck racecheck; do
+      timeout 240 compute-sanitizer --tool $tool $T --gtest_brief=1 --gtest_filter="$SANITIZE_V" \
+        > "$L/${tool}_$v.log" 2>&1
+      echo "$v $tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/${tool}_$v.log" | head -1);" \
+        "hazard lines outside nvjet: $(grep -E '^========= .*(hazard|Error)' -A 3 "$L/${tool}_$v.log" | grep -E 'in [a-z_]+' | grep -vc nvjet)"
+    done
+  fi
+done
 IFS=';' read -ra lines <<< "${CASES:-}"
 for round in 1 2; do
   order=("${variants[@]}")

@@ -4,9 +4,9 @@
 # each patch of PATCHES applied (C, D, ...), runs the GPU tests (TESTS, a gtest filter) and
 # compute-sanitizer memcheck and racecheck on SANITIZE (a filter; racecheck hazards are counted in
 # our kernels only, cuBLAS's nvjet_* report their own) of A, or of each variant in TEST_VARIANTS
-# (letters; TESTS_<letter> and SANITIZE_<letter> override the filters per variant), then every bench line of CASES (';'
-# separated latentkv-bench arguments; VARIANTS_<n>=letters limits line n to some variants) on each
-# variant, two rounds in alternating order, and prints one table: fused us per variant and the
+# (letters; TESTS_<letter> and SANITIZE_<letter> override the filters per variant), then every
+# bench line of CASES (';' separated latentkv-bench arguments; VARIANTS_<n>=letters limits line n
+# to some variants) on each variant, two rounds in alternating order, and prints one table: fused us per variant and the
 # baseline's. Logs in $OUT/logs.tgz (the device tool brings back at most 8 files).
 #   AB_TAR=.carry/base.tar PATCHES=".carry/x.patch" CASES="--preset seed --tokens 1,64" \
 #     bash dev/variants_ab.sh

@@ -1,15 +1,16 @@
 // The MLA path's kernels around its GEMMs (declared and described in mla_epilogue.h). A group of
-// G warps per token (G = 1, 2, 4 or 8: enough warps that T * G reaches kTargetWarps), 8 warps a
-// block, so that a prefill's tokens are resident at once and every token's loads are in flight
-// together (one 256-thread block per token waited on several dependent memory round trips per
-// token, four waves deep at T = 4096; one warp per token at T = 1024 left 8 warps an SM). A token's
-// RoPE angles are loaded first; its row of the first GEMM's float32 output is read once from
-// memory for the sums of squares (the second read, for the writes, hits L1); k_pe is rotated into
-// shared memory and broadcast from there into every head's K columns with 16-byte stores where
-// K's row and head stride allow (each lane packs one vector and stores it to every head it owns:
-// V3 writes 16 KB of k_pe columns per token) and into the cache row. Indices and offsets are
-// int64 wherever they reach into a tensor; positions and slots outside their tables read and
-// write nothing.
+// G warps per token (G = 1, 2, 4 or 8: enough warps that T * G reaches its target, more where a
+// block's tokens would not fit its shared memory), 8 warps a block, so that a prefill's tokens
+// are resident at once and every token's loads are in flight together. The stage-A epilogue
+// issues all of a token's global reads before it waits on any (its ckv row's planes copied into
+// shared memory by cp.async, its cache slot, its RoPE angles, the norm weights), so that it
+// waits on about two memory round trips (position, then angles) before the stores, where loads
+// interleaved with stores had waited on one per column pass. k_pe is rotated into shared memory
+// and broadcast from there into every head's K columns with 16-byte stores where K's row and
+// head stride allow (each lane packs one vector and stores it to every head it owns: V3 writes
+// 16 KB of k_pe columns per token) and into the cache row. Indices and offsets are int64
+// wherever they reach into a tensor; positions and slots outside their tables read and write
+// nothing.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -23,6 +24,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/mla_epilogue.h"
 #include "cuda/mla_rope.h"
+#include "cuda/ptx.h"
 
 namespace latentkv::detail {
 namespace {
@@ -31,17 +33,20 @@ namespace {
 constexpr int kWarps = static_cast<int>(kMlaEpilogueWarps);
 constexpr int kThreads = kWarps * 32;
 constexpr int kVectorBytes = 16;
-// Warps the whole launch should have: 4096 is what one warp per token gives at T = 4096 (measured
-// there: 512 blocks, about 4 an SM on an H200), half of the 132 x 64 warps an H200 keeps resident.
+// Warps the whole launch should have. Stage B's inputs: 4096, what one warp per token gives at
+// T = 4096 (measured there: 512 blocks, about 4 an SM on an H200), half of the 132 x 64 warps an
+// H200 keeps resident. The stage-A epilogue, whose warps each run a fixed cost of ~950
+// instructions (its three phases), 2048: G = 2 at T = 1024 (G = 4 read 0.4 us slower there on
+// V2-Lite, G = 8 4 us; docs/experiments.md).
 constexpr int64_t kTargetWarps = 4096;
-static_assert(kMlaEpilogueMaxRopeDim * kWarps * sizeof(float) + kWarps * 2 * sizeof(float) <=
-                  48 * 1024,
-              "the tokens' k_pe and the partial sums fit the default shared memory");
+constexpr int64_t kEpilogueTargetWarps = 2048;
+static_assert(kMlaEpilogueMaxRopeDim * kWarps * sizeof(float) <= 48 * 1024,
+              "stage B inputs' per-warp k_pe fits the default shared memory");
 
 // Warps per token for `tokens` tokens: a power of two dividing kWarps.
-int group_warps(int tokens) {
+int group_warps(int tokens, int64_t target_warps) {
   int g = 1;
-  while (g < kWarps && static_cast<int64_t>(tokens) * g < kTargetWarps) g *= 2;
+  while (g < kWarps && static_cast<int64_t>(tokens) * g < target_warps) g *= 2;
   return g;
 }
 
@@ -82,6 +87,7 @@ __device__ __forceinline__ void broadcast_k_pe(T* k, int64_t stride_head, int he
 #pragma unroll
     for (int e = 0; e < kPerVector; ++e) v.e[e] = from_float<T>(pe[q * kPerVector + e]);
     const int heads_per_pass = 32 / vectors;  // per warp
+#pragma unroll 1
     for (int h = g.rank * heads_per_pass + lane / vectors; h < heads;
          h += heads_per_pass * g.warps) {
       *reinterpret_cast<Vector*>(k + h * stride_head + q * kPerVector) = v;
@@ -100,45 +106,103 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+// The stage-A epilogue's shared memory, in float32 elements: the norm weights [Rq + R] once per
+// block, then a slot per token of the block: its ckv row's planes [splits][ckv_ld] (copied in by
+// cp.async), k_pe after RoPE [dr] and its RoPE pairs' angles [dr / 2] x 4. Every region starts at
+// 16 bytes.
+struct EpilogueSharedLayout {
+  int64_t gamma, planes, pe, angles;  // floats: the weights; and per token slot
+  LATENTKV_HD int64_t token() const { return planes + pe + angles; }
+  LATENTKV_HD int64_t bytes(int64_t tokens_per_block) const {
+    return (gamma + tokens_per_block * token()) * static_cast<int64_t>(sizeof(float));
+  }
+};
+
+LATENTKV_HD EpilogueSharedLayout epilogue_shared_layout(int64_t q_rank, int64_t kv_rank,
+                                                        int64_t rope_dim, int64_t ckv_ld,
+                                                        int64_t splits) {
+  return {round_up<int64_t>(q_rank + kv_rank, 4), splits * ckv_ld, round_up<int64_t>(rope_dim, 4),
+          2 * rope_dim};
+}
+
+// One token's epilogue per group of G warps, in three phases with two barriers between them:
+//  1. every global read the token needs issued together: its ckv row's planes into shared memory
+//     by cp.async, its cache slot, its RoPE angles (position, then table) and the norm weights;
+//  2. the planes summed in slice order (in place into the first), the sums of squares, k_pe
+//     rotated into shared memory;
+//  3. the group's sums combined and every output written from shared memory.
 template <typename T, typename RopeT>
 __global__ void __launch_bounds__(kThreads)
     mla_stage_a_epilogue_kernel(const MlaEpilogueParams p, int warps_per_token) {
-  extern __shared__ float pe_all[];  // [kWarps / G][dr]: each token's k_pe after RoPE, rounded
+  extern __shared__ float4 shared_vectors[];
   __shared__ float partial[kWarps][2];  // each warp's sums of squares (q_a, c)
+  float* shared = reinterpret_cast<float*>(shared_vectors);
+  const EpilogueSharedLayout layout = epilogue_shared_layout(p.q_rank, p.kv_rank, p.rope_dim,
+                                                             p.ckv_ld, p.ckv_splits);
   const Group g = group_of(warps_per_token);
   const int t = blockIdx.x * (kWarps / g.warps) + g.slot;
-  const bool active = t < p.tokens;  // every thread reaches the barrier below
-  float* pe = pe_all + g.slot * p.rope_dim;
-  float* row = p.ckv + static_cast<int64_t>(active ? t : 0) * p.ckv_ld;  // [Rq + R + dr]
+  const bool active = t < p.tokens;  // every thread reaches the barriers below
   const int width = p.q_rank + p.kv_rank;
-  if (p.ckv_splits > 1) {
-    // The slices' partial products summed in slice order into the first plane; the barrier makes
-    // them visible to the group's other threads.
-    if (active) {
-      for (int i = g.thread; i < width + p.rope_dim; i += g.threads) {
-        float x = row[i];
-        for (int s = 1; s < p.ckv_splits; ++s) x += row[s * p.ckv_split_stride + i];
-        row[i] = x;
+  const int half = p.rope_dim / 2;
+  const int ld = static_cast<int>(p.ckv_ld);
+  float* gamma = shared;  // [Rq + R]: q_norm's then kv_norm's values
+  float* planes = shared + layout.gamma + g.slot * layout.token();  // [splits][ld]
+  float* pe = planes + layout.planes;                                // [dr]
+  float* angles = pe + layout.pe;                                    // [dr / 2][4]
+
+  // Phase 1. A position outside [0, max_position) reads no angles: the token's k_pe NaN.
+  T* cache = nullptr;  // [R + dr] or null
+  bool position_ok = false;
+  if (active) {
+    const float* row = p.ckv + static_cast<int64_t>(t) * p.ckv_ld;  // plane 0's [Rq + R + dr]
+    for (int s = 0; s < p.ckv_splits; ++s) {
+#pragma unroll 1
+      for (int i = 4 * g.thread; i < ld; i += 4 * g.threads) {
+        copy16_async(planes + s * ld + i, row + s * p.ckv_split_stride + i, true);
       }
     }
-    __syncthreads();
+    cache = mla_cache_row<T>(p.cache, t, p.seq);
+    const RopeAngles<RopeT> a = rope_angles<RopeT>(p, t);
+    position_ok = a.ok;
+    for (int i = g.thread; i < half; i += g.threads) {
+      const PairAngles c = rope_pair_angles(a, rope_pair(p.style, i, half), i, half);
+      reinterpret_cast<float4*>(angles)[i] = make_float4(c.ca, c.sa, c.cb, c.sb);
+    }
   }
+  const T* q_norm = static_cast<const T*>(p.q_norm);
+  const T* kv_norm = static_cast<const T*>(p.kv_norm);
+  for (int i = threadIdx.x; i < width; i += kThreads) {
+    gamma[i] = to_float(i < p.q_rank ? q_norm[i] : kv_norm[i - p.q_rank]);
+  }
+  wait_async_copies();
+  __syncthreads();
 
+  // Phase 2. Each thread sums, squares and later writes the same columns.
   float sum_q = 0.f, sum_c = 0.f;
   if (active) {
-    // RoPE (mla_rope.h): the angles first, the loads that do not depend on the GEMM's output. A
-    // position outside [0, max_position) reads nothing: the token's k_pe NaN.
-    const int half = p.rope_dim / 2;
-    const RopeAngles<RopeT> angles = rope_angles<RopeT>(p, t);
-    const float* pe_in = row + width;  // [dr]
-    for (int i = g.thread; i < half; i += g.threads) {
-      rope_rotate_pair<T, RopeT>(p.style, angles, i, half, pe_in, pe);
+    auto column = [&](int i) {  // column i summed over the planes in slice order
+      float x = planes[i];
+      for (int s = 1; s < p.ckv_splits; ++s) x += planes[s * ld + i];
+      return x;
+    };
+#pragma unroll 1
+    for (int i = g.thread; i < p.q_rank; i += g.threads) {
+      const float x = column(i);
+      planes[i] = x;
+      sum_q = fmaf(x, x, sum_q);
     }
-#pragma unroll 4
-    for (int i = g.thread; i < p.q_rank; i += g.threads) sum_q = fmaf(row[i], row[i], sum_q);
-#pragma unroll 4
+#pragma unroll 1
     for (int i = p.q_rank + g.thread; i < width; i += g.threads) {
-      sum_c = fmaf(row[i], row[i], sum_c);
+      const float x = column(i);
+      planes[i] = x;
+      sum_c = fmaf(x, x, sum_c);
+    }
+#pragma unroll 1
+    for (int i = g.thread; i < half; i += g.threads) {
+      const RopePair r = rope_pair(p.style, i, half);
+      const float4 c = reinterpret_cast<const float4*>(angles)[i];
+      rope_apply<T>(r, {c.x, c.y, c.z, c.w}, position_ok, column(width + r.ia),
+                    column(width + r.ib), pe);
     }
   }
   sum_q = warp_sum(sum_q);
@@ -148,6 +212,8 @@ __global__ void __launch_bounds__(kThreads)
     partial[threadIdx.x / 32][1] = sum_c;
   }
   __syncthreads();  // partial[] and pe[] complete; neither is written again
+
+  // Phase 3.
   if (!active) return;
   sum_q = sum_c = 0.f;
   for (int w = g.slot * g.warps; w < (g.slot + 1) * g.warps; ++w) {
@@ -161,23 +227,23 @@ __global__ void __launch_bounds__(kThreads)
     broadcast_k_pe<T>(k, p.k.stride_head, p.heads, p.rope_dim, pe, g);
   }
   if (p.q_a != nullptr) {
-    const T* gamma = static_cast<const T*>(p.q_norm);
     T* out = static_cast<T*>(p.q_a) + token_offset(t, p.seq, p.q_a_stride_batch, p.q_a_stride_seq);
+#pragma unroll 1
     for (int i = g.thread; i < p.q_rank; i += g.threads) {
-      out[i] = from_float<T>(row[i] * inv_q * to_float(gamma[i]));
+      out[i] = from_float<T>(planes[i] * inv_q * gamma[i]);
     }
   }
-  T* cache = mla_cache_row<T>(p.cache, t, p.seq);  // [R + dr] or null
   T* latent = p.latent == nullptr
                   ? nullptr
                   : static_cast<T*>(p.latent) + static_cast<int64_t>(t) * p.kv_rank;
-  const T* gamma = static_cast<const T*>(p.kv_norm);
+#pragma unroll 1
   for (int i = g.thread; i < p.kv_rank; i += g.threads) {
-    const T c = from_float<T>(row[p.q_rank + i] * inv_c * to_float(gamma[i]));
+    const T c = from_float<T>(planes[p.q_rank + i] * inv_c * gamma[p.q_rank + i]);
     if (cache != nullptr) cache[i] = c;
     if (latent != nullptr) latent[i] = c;
   }
   if (cache != nullptr) {
+#pragma unroll 1
     for (int j = g.thread; j < p.rope_dim; j += g.threads) {
       cache[p.kv_rank + j] = from_float<T>(pe[j]);
     }
@@ -218,9 +284,19 @@ unsigned blocks(int tokens, int warps_per_token) {
 
 template <typename T, typename RopeT>
 Status launch_epilogue(const MlaEpilogueParams& p, Stream stream) {
-  const int g = group_warps(p.tokens);
-  const size_t smem = static_cast<size_t>(kWarps / g) * p.rope_dim * sizeof(float);
-  mla_stage_a_epilogue_kernel<T, RopeT><<<blocks(p.tokens, g), kThreads, smem, stream>>>(p, g);
+  const EpilogueSharedLayout layout =
+      epilogue_shared_layout(p.q_rank, p.kv_rank, p.rope_dim, p.ckv_ld, p.ckv_splits);
+  // Fewer tokens a block (more warps each) where the block's slots would not fit.
+  int g = group_warps(p.tokens, kEpilogueTargetWarps);
+  while (g < kWarps && layout.bytes(kWarps / g) > kMlaEpilogueSharedBytes) g *= 2;
+  const int64_t smem = layout.bytes(kWarps / g);
+  if (smem > kMlaEpilogueSharedBytes) {
+    return {StatusCode::kUnsupported, "mla_stage_a_epilogue_kernel: " + std::to_string(smem) +
+                                          " bytes of shared memory for one token exceed " +
+                                          std::to_string(kMlaEpilogueSharedBytes)};
+  }
+  mla_stage_a_epilogue_kernel<T, RopeT>
+      <<<blocks(p.tokens, g), kThreads, static_cast<size_t>(smem), stream>>>(p, g);
   return cuda_status(cudaGetLastError(), "mla_stage_a_epilogue_kernel launch");
 }
 
@@ -232,7 +308,7 @@ Status launch_epilogue_rope(const MlaEpilogueParams& p, Stream stream) {
 
 template <typename T>
 Status launch_inputs(const MlaStageBInputParams& p, Stream stream) {
-  const int g = group_warps(p.tokens);
+  const int g = group_warps(p.tokens, kTargetWarps);
   const size_t smem = static_cast<size_t>(kWarps) * p.rope_dim * sizeof(float);
   mla_stage_b_inputs_kernel<T><<<blocks(p.tokens, g), kThreads, smem, stream>>>(p, g);
   return cuda_status(cudaGetLastError(), "mla_stage_b_inputs_kernel launch");
@@ -270,6 +346,11 @@ Status mla_elements_aligned(const MlaArgs& a, int64_t eb, int64_t rope_eb) {
     }
   }
   return Status::Ok();
+}
+
+int64_t mla_epilogue_token_shared_bytes(int64_t q_rank, int64_t kv_rank, int64_t rope_dim,
+                                        int64_t ckv_ld, int64_t splits) {
+  return epilogue_shared_layout(q_rank, kv_rank, rope_dim, ckv_ld, splits).bytes(1);
 }
 
 MlaEpilogueParams mla_epilogue_params(const MlaProblem& p, const MlaArgs& a, int64_t q_rank) {

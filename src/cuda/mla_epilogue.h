@@ -15,11 +15,19 @@
 
 namespace latentkv::detail {
 
-// Warps per block of both kernels, and the widest k_pe they take: each warp keeps its token's dr
-// values in shared memory (float32), kMlaEpilogueWarps * dr of them within the 48 KB a launch
-// gets without opting in. cuda-mla-gemm refuses a wider rope_dim.
+// Warps per block of both kernels, and the widest k_pe they take: stage B's inputs kernel keeps
+// each warp's token's dr values in shared memory (float32), kMlaEpilogueWarps * dr of them within
+// the 48 KB a launch gets without opting in. cuda-mla-gemm refuses a wider rope_dim.
 constexpr int64_t kMlaEpilogueWarps = 8;
 constexpr int64_t kMlaEpilogueMaxRopeDim = 1024;
+
+// The stage-A epilogue stages each token's row of the first GEMM's output (every plane of it) in
+// shared memory, with the norm weights once per block, within the 48 KB a launch gets without
+// opting in: the bytes one token of a block needs (cuda-mla-gemm refuses a problem over the limit
+// and runs stage A in one plane where its slices would not fit).
+constexpr int64_t kMlaEpilogueSharedBytes = 48 * 1024;
+int64_t mla_epilogue_token_shared_bytes(int64_t q_rank, int64_t kv_rank, int64_t rope_dim,
+                                        int64_t ckv_ld, int64_t splits);
 
 // Strides in elements; token t = b * S + s.
 

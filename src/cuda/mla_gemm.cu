@@ -65,6 +65,14 @@ int64_t ckv_ld(int64_t q_rank, const MlaProblem& p) {
   return lt::align_up(q_rank + p.kv_rank + p.rope_dim, kCkvRowAlignment);
 }
 
+// Stage A's slices of D (heuristics.h), one where the epilogue could not stage their planes.
+int64_t stage_a_splits(const MlaProblem& p, int64_t q_rank) {
+  const int64_t splits = mla_gemm_stage_a_splits(p.tokens(), p.model_dim, q_rank);
+  const int64_t bytes = mla_epilogue_token_shared_bytes(q_rank, p.kv_rank, p.rope_dim,
+                                                        ckv_ld(q_rank, p), splits);
+  return bytes <= kMlaEpilogueSharedBytes ? splits : 1;
+}
+
 // Bytes of the workspace's regions before the scratch, from its first 256-byte boundary.
 struct WorkspaceLayout {
   int64_t ckv_ld = 0;        // float32 elements per ckv row
@@ -78,7 +86,7 @@ WorkspaceLayout workspace_layout(const MlaProblem& p, int64_t q_rank, bool laten
   if (runs_first(p)) {
     w.ckv_ld = ckv_ld(q_rank, p);
     // The most planes a call of the problem can run (fewer where hidden's rows do not fold).
-    const int64_t splits = mla_gemm_stage_a_splits(p.tokens(), p.model_dim, q_rank);
+    const int64_t splits = stage_a_splits(p, q_rank);
     w.ckv_bytes = lt::align_up(splits * p.tokens() * w.ckv_ld * 4, kRegionAlignment);
   }
   if (latent) {
@@ -253,6 +261,19 @@ Status mla_cuda_gemm_takes(const MlaProblem& p, const MlaArgs& a) {
                 " exceeds cuda-mla-gemm's limit (" + std::to_string(kMlaEpilogueMaxRopeDim) +
                 ": each token's k_pe is kept in shared memory)"};
   }
+  if (runs_first(p)) {
+    const int64_t q_rank = q_rank_run(p, a);
+    const int64_t bytes =
+        mla_epilogue_token_shared_bytes(q_rank, p.kv_rank, p.rope_dim, ckv_ld(q_rank, p), 1);
+    if (bytes > kMlaEpilogueSharedBytes) {
+      return {StatusCode::kUnsupported,
+              "problem.q_rank + problem.kv_rank + problem.rope_dim = " +
+                  std::to_string(q_rank + p.kv_rank + p.rope_dim) +
+                  " (q_a's rows counted where args.q_a is given) needs " + std::to_string(bytes) +
+                  " bytes of shared memory per token in cuda-mla-gemm's epilogue, over its " +
+                  std::to_string(kMlaEpilogueSharedBytes)};
+    }
+  }
   LATENTKV_RETURN_IF_ERROR(
       mla_elements_aligned(a, element_size(p.dtype), element_size(p.rope_dtype)));
   const WorkspaceLayout w = workspace_layout(p, q_rank_run(p, a), latent_in_workspace(p, a));
@@ -290,8 +311,7 @@ Status run_mla_cuda_gemm(const MlaProblem& p, const MlaArgs& a, Stream stream) {
     // The slices of D run as the GEMM's batches only where hidden's rows fold into one matrix.
     const TokenRows rows =
         token_rows(p, a.hidden_stride_batch, a.hidden_stride_seq, p.model_dim);
-    const int64_t splits =
-        rows.folds ? mla_gemm_stage_a_splits(p.tokens(), p.model_dim, q_rank) : 1;
+    const int64_t splits = rows.folds ? stage_a_splits(p, q_rank) : 1;
     LATENTKV_RETURN_IF_ERROR(stage_a_gemms(ctx, p, a, q_rank, rows, ckv, w.ckv_ld, splits));
     LATENTKV_RETURN_IF_ERROR(launch_mla_stage_a_epilogue(
         epilogue_params(p, a, q_rank, ckv, w.ckv_ld, splits, latent), stream));

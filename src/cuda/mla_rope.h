@@ -94,18 +94,23 @@ __device__ __forceinline__ PairAngles rope_pair_angles(const RopeAngles<RopeT>& 
           to_float(a.sin[r.jb])};
 }
 
-// Rotates pair r of x [dr] (float32, unrounded) into out [dr], each value rounded to T (what every
-// destination holds); NaN where the position is outside the table (ok false).
+// Rotates pair r, its inputs x0 and x1 (float32, unrounded), into out [dr], each value rounded to T
+// (what every destination holds); NaN where the position is outside the table (ok false). The
+// second form reads the pair's inputs from x [dr].
 template <typename T>
 __device__ __forceinline__ void rope_apply(const RopePair& r, const PairAngles& c, bool ok,
-                                           const float* x, float* out) {
+                                           float x0, float x1, float* out) {
   if (!ok) {
     out[r.oa] = out[r.ob] = __int_as_float(0x7fc00000);
     return;
   }
-  const float x0 = x[r.ia], x1 = x[r.ib];
   out[r.oa] = to_float(from_float<T>(fmaf(x0, c.ca, -x1 * c.sa)));
   out[r.ob] = to_float(from_float<T>(fmaf(x1, c.cb, x0 * c.sb)));
+}
+template <typename T>
+__device__ __forceinline__ void rope_apply(const RopePair& r, const PairAngles& c, bool ok,
+                                           const float* x, float* out) {
+  rope_apply<T>(r, c, ok, ok ? x[r.ia] : 0.f, ok ? x[r.ib] : 0.f, out);
 }
 
 // Both at once: pair i of x rotated into out.

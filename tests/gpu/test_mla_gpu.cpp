@@ -646,6 +646,19 @@ std::vector<MlaCase> layout_cases() {
                             RopeForm::kCosSin, CacheMode::kPaged};
     unfolded_slices.pad_batch = 8;
     cases.push_back(unfolded_slices);
+    // Rows near the epilogue's shared memory (kMlaEpilogueSharedBytes, R = 4100): two slices
+    // of D that would not fit (one plane runs instead), and T = 1100, whose two tokens a block
+    // would not fit (one a block, eight warps each).
+    MlaProblem wide = mla_shape(2 * detail::kMlaGemmSplitDepth, 0, 4100, 16, 1, 8, 8);
+    wide.batch = 1;
+    wide.seq = 3;
+    cases.push_back(MlaCase{"wide-slices", with(wide, dt, MlaStage::kBoth, RopeStyle::kNeox),
+                            RopeForm::kPositions, CacheMode::kPaged});
+    wide.model_dim = 64;
+    wide.seq = 1100;
+    cases.push_back(MlaCase{"wide-tokens", with(wide, dt, MlaStage::kBoth,
+                                                RopeStyle::kInterleave),
+                            RopeForm::kCosSin, CacheMode::kDense});
     if (dt != DType::kFloat32) {
       MlaCase rope_half{"ropehalf", with(decode, dt, MlaStage::kBoth, RopeStyle::kInterleave),
                         RopeForm::kCosSin, CacheMode::kDense};
@@ -1046,6 +1059,37 @@ TEST(MlaGpu, RefusesAMisalignedPointer) {
   const Status s = check(p, a, o);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("args.latent"), std::string::npos) << s.message();
+}
+
+// A row whose one token would not fit the epilogue's shared memory is refused with kUnsupported,
+// naming the dimensions.
+TEST(MlaGpu, RefusesARowPastTheEpiloguesSharedMemory) {
+  SKIP_WITHOUT_CUDA_MLA();
+  const MlaProblem p = with(mla_shape(64, 0, 7000, 16, 1, 8, 8), DType::kBFloat16,
+                            MlaStage::kFirst, RopeStyle::kInterleave);
+  DeviceArena arena;
+  std::vector<unsigned char> bytes(size_t{2} << 20, 0);
+  char* base = static_cast<char*>(arena.upload(bytes.data(), bytes.size()));
+  ASSERT_NE(base, nullptr);
+  MlaArgs a = contiguous_mla_args(p);
+  a.hidden = base;                            // [1, 64]
+  a.kv_a_weight = base + (64 << 10);          // [7016, 64]: 898 KB
+  a.kv_a_norm_weight = base + (1024 << 10);   // [7000]
+  a.positions = reinterpret_cast<const int64_t*>(base + (1088 << 10));
+  a.cos_sin_cache = base + (1152 << 10);      // [4, 16] float32
+  a.max_position = 4;
+  a.kv_cache = base + (1216 << 10);           // dense: [1, 7016]
+  a.num_slots = 1;
+  a.workspace = base + (1280 << 10);
+  a.workspace_bytes = 512 << 10;
+  Options o;
+  o.backend = Backend::kCuda;
+  o.strategy = Strategy::kCudaMlaGemm;
+  const Status s = check(p, a, o);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.message();
+  EXPECT_NE(s.message().find("problem.q_rank + problem.kv_rank + problem.rope_dim = 7016"),
+            std::string::npos)
+      << s.message();
 }
 
 // cuda-mla-decode forced past its 64 tokens, or on weight rows that are not whole 16-byte vectors,

@@ -4,13 +4,12 @@
 // are resident at once and every token's loads are in flight together. The stage-A epilogue
 // issues all of a token's global reads before it waits on any (its ckv row's planes copied into
 // shared memory by cp.async, its cache slot, its RoPE angles, the norm weights), so that it
-// waits on about two memory round trips (position, then angles) before the stores, where loads
-// interleaved with stores had waited on one per column pass. k_pe is rotated into shared memory
-// and broadcast from there into every head's K columns with 16-byte stores where K's row and
-// head stride allow (each lane packs one vector and stores it to every head it owns: V3 writes
-// 16 KB of k_pe columns per token) and into the cache row. Indices and offsets are int64
-// wherever they reach into a tensor; positions and slots outside their tables read and write
-// nothing.
+// waits on about two memory round trips (position, then angles) before its stores. k_pe is
+// rotated into shared memory and broadcast from there into every head's K columns with 16-byte
+// stores where K's row and head stride allow (each lane packs one vector and stores it to every
+// head it owns: V3 writes 16 KB of k_pe columns per token) and into the cache row. Indices and
+// offsets are int64 wherever they reach into a tensor; positions and slots outside their tables
+// read and write nothing.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

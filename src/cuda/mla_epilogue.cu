@@ -135,6 +135,8 @@ __global__ void __launch_bounds__(kThreads)
     mla_stage_a_epilogue_kernel(const MlaEpilogueParams p, int warps_per_token) {
   extern __shared__ float4 shared_vectors[];
   __shared__ float partial[kWarps][2];  // each warp's sums of squares (q_a, c)
+  static_assert(sizeof(partial) + kMlaEpilogueSharedBytes == 48 * 1024,
+                "the dynamic and static shared memory fill the 48 KB a launch gets");
   float* shared = reinterpret_cast<float*>(shared_vectors);
   const EpilogueSharedLayout layout = epilogue_shared_layout(p.q_rank, p.kv_rank, p.rope_dim,
                                                              p.ckv_ld, p.ckv_splits);

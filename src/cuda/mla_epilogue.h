@@ -24,8 +24,9 @@ constexpr int64_t kMlaEpilogueMaxRopeDim = 1024;
 // The stage-A epilogue stages each token's row of the first GEMM's output (every plane of it) in
 // shared memory, with the norm weights once per block, within the 48 KB a launch gets without
 // opting in: the bytes one token of a block needs (cuda-mla-gemm refuses a problem over the limit
-// and runs stage A in one plane where its slices would not fit).
-constexpr int64_t kMlaEpilogueSharedBytes = 48 * 1024;
+// and runs stage A in one plane where its slices would not fit). Its dynamic shared memory: 48 KB
+// less the 64 bytes of its static partial sums (one pair of floats a warp).
+constexpr int64_t kMlaEpilogueSharedBytes = 48 * 1024 - 2 * kMlaEpilogueWarps * 4;
 int64_t mla_epilogue_token_shared_bytes(int64_t q_rank, int64_t kv_rank, int64_t rope_dim,
                                         int64_t ckv_ld, int64_t splits);
 

@@ -65,9 +65,13 @@ int64_t ckv_ld(int64_t q_rank, const MlaProblem& p) {
   return lt::align_up(q_rank + p.kv_rank + p.rope_dim, kCkvRowAlignment);
 }
 
-// Stage A's slices of D (heuristics.h), one where the epilogue could not stage their planes.
+// Stage A's slices of D (heuristics.h), one where the epilogue could not stage their planes. Also
+// asked of problems no limit has refused yet (workspace_size): a row over the epilogue's shared
+// memory in floats answers 1 before any product could overflow.
 int64_t stage_a_splits(const MlaProblem& p, int64_t q_rank) {
   const int64_t splits = mla_gemm_stage_a_splits(p.tokens(), p.model_dim, q_rank);
+  constexpr int64_t kFloats = kMlaEpilogueSharedBytes / 4;
+  if (splits == 1 || q_rank > kFloats || p.kv_rank > kFloats || p.rope_dim > kFloats) return 1;
   const int64_t bytes = mla_epilogue_token_shared_bytes(q_rank, p.kv_rank, p.rope_dim,
                                                         ckv_ld(q_rank, p), splits);
   return bytes <= kMlaEpilogueSharedBytes ? splits : 1;

@@ -19,10 +19,13 @@
 //                              grows: under 48 KB); partial dot products to the workspace
 //                              [chunk][T][rows] float32.
 //   K2 mla_decode_stage_a_epilogue  block = (slice of 256 rows, token): sums its rows over the
-//                              chunks (fixed order), then per norm group (q_a, c) the block that
-//                              finishes last (an arrival counter per token and group, zeroed by
-//                              K1) sums the slices' squares in slice order, normalizes the row
-//                              and writes q_a, the cache row's c and c for stage B; the k_pe slice
+//                              chunks (fixed order), then per norm group (q_a, c) the slices'
+//                              squares summed in slice order: on sm_90 a token's slices (at most
+//                              8) are one cluster and each slice reads the others' sums from
+//                              their shared memory and normalizes its own rows; else the block
+//                              that finishes last (an arrival counter per token and group,
+//                              zeroed by K1) normalizes the whole row. Either writes q_a, the
+//                              cache row's c and c for stage B; the k_pe slice
 //                              rotates (mla_rope.h: every style and form, NaN past the table)
 //                              into the cache row and stage B's k_pe. Without q_a, where the
 //                              partials take at most two round trips, one block per token does
@@ -97,6 +100,7 @@ template <int kM, bool kRing>
 constexpr int kStageBStep = kStageBLoads<kM, kRing> * kKBlock;
 constexpr int kMaxRank = 1024;     // c [16, R + pad] in shared memory beside k_pe (< 48 KB)
 constexpr int kSlice = kThreads;   // K2: one row per thread
+constexpr int kMaxClusterSlices = 8;  // K2's slices per token as one cluster: the portable limit
 constexpr int kMaxRopeDim = kThreads;  // K2's k_pe slice is one block
 constexpr int kBlocksPerSm = 2;    // K1's and K3's target (launch bounds allow two)
 // K3's blocks per SM (launch bounds and grid): the ring's 4, so that a fresh kv_b stream has the
@@ -162,6 +166,7 @@ struct DecodeParams {
 
   // Stage B.
   bool whole_rows;       // K2 is the whole-row epilogue, one block per token
+  bool cluster_norm;     // K2's slices of a token are one thread-block cluster (sm_90)
   bool fold;             // K3 runs it itself (mla_decode_fold_epilogue): no K2 launch
   bool pair_stores;      // K3 stores two adjacent outputs as one 32-bit word (store_kv_pair)
   bool from_stage_a;     // c and k_pe from e.latent / pe_out, else:
@@ -530,12 +535,17 @@ __device__ __forceinline__ void row_epilogue(const DecodeParams& p, const RowEpi
 }
 
 // K2. Block (slice x, token y). Everything K1 does not write (gamma, the slot, the position and its
-// cos/sin) is read before the wait, so the chain after K1 is the partials and the arrival.
+// cos/sin) is read before the wait, so the chain after K1 is the partials and the norm. With
+// cluster_norm (sm_90: a token's slices are one cluster) every slice takes its group's sums of
+// squares from the others' shared memory after a cluster barrier and normalizes its own rows from
+// registers; else the group's last slice to arrive (an arrival counter) normalizes all its rows
+// from the workspace. Both sum the squares in slice order: the same values.
 template <typename T, typename RopeT>
 __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
     mla_decode_stage_a_epilogue(const __grid_constant__ DecodeParams p) {
   __shared__ float red[kWarps];
   __shared__ float pe_in[kMaxRopeDim], pe[kMaxRopeDim];
+  __shared__ float4 slice_sumsq;  // cluster_norm: this slice's sum of squares (.x)
   __shared__ bool last;
   allow_dependents();
   const int t = blockIdx.y;
@@ -543,8 +553,10 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
   T* cache = mla_cache_row<T>(p.e.cache, t, p.e.seq);  // [R + dr] or null
   float gamma_held[kHeldGamma];
   const int half = p.rope_dim / 2;
+  const int n = sl.begin + threadIdx.x;
   PairAngles angles{};
   bool position_ok = true;
+  float gamma_own = 0.f;  // cluster_norm: gamma of this thread's row
   if (sl.group == 2) {
     const RopeAngles<RopeT> a = rope_angles<RopeT>(p.e, t);
     position_ok = a.ok;
@@ -553,16 +565,20 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
     }
   } else {
     const T* gamma = static_cast<const T*>(sl.group == 0 ? p.e.q_norm : p.e.kv_norm);
-    const int width = sl.group == 0 ? p.q_rows : p.kv_rank;
+    const int gbegin = sl.group == 0 ? 0 : p.q_rows;
+    if (p.cluster_norm) {
+      if (n < sl.end) gamma_own = to_float(gamma[n - gbegin]);
+    } else {
+      const int width = sl.group == 0 ? p.q_rows : p.kv_rank;
 #pragma unroll
-    for (int j = 0; j < kHeldGamma; ++j) {
-      const int i = threadIdx.x + j * kSlice;
-      gamma_held[j] = i < width ? to_float(gamma[i]) : 0.f;
+      for (int j = 0; j < kHeldGamma; ++j) {
+        const int i = threadIdx.x + j * kSlice;
+        gamma_held[j] = i < width ? to_float(gamma[i]) : 0.f;
+      }
     }
   }
   wait_for_previous_stage();
 
-  const int n = sl.begin + threadIdx.x;
   float v = 0.f;
   if (n < sl.end) {
     const int64_t plane = static_cast<int64_t>(p.tokens) * p.rows_ld;
@@ -592,11 +608,44 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
       if (cache != nullptr) cache[p.kv_rank + threadIdx.x] = y;
       if (p.pe_out != nullptr) static_cast<T*>(p.pe_out)[t * p.rope_dim + threadIdx.x] = y;
     }
+    if (p.cluster_norm) {  // every block of the cluster meets both barriers
+      cluster_arrive();
+      cluster_wait();
+      cluster_arrive();
+      cluster_wait();
+    }
     return;
   }
 
-  if (n < sl.end) p.ckv[static_cast<int64_t>(t) * p.rows_ld + n] = v;
   const float ss = block_sum(v * v, red);
+  if (p.cluster_norm) {
+    if (threadIdx.x == 0) slice_sumsq.x = ss;
+    cluster_arrive();  // this slice's sum, released to the cluster
+    cluster_wait();
+    float total = 0.f;
+    for (int s = 0; s < sl.count; ++s) {
+      total += load_cluster_shared(&slice_sumsq.x, static_cast<uint32_t>(sl.first + s)).x;
+    }
+    cluster_arrive();  // read the others' sums: they may exit once everyone has
+    const bool q_group = sl.group == 0;
+    const int width = q_group ? p.q_rows : p.kv_rank;
+    const float inv = rsqrtf(total / static_cast<float>(width) + p.e.eps);
+    if (n < sl.end) {
+      const T y = from_float<T>(v * inv * gamma_own);
+      if (q_group) {
+        static_cast<T*>(p.e.q_a)[token_offset(t, p.e.seq, p.e.q_a_stride_batch,
+                                              p.e.q_a_stride_seq) + n] = y;
+      } else {
+        if (cache != nullptr) cache[n - p.q_rows] = y;
+        if (p.e.latent != nullptr) {
+          static_cast<T*>(p.e.latent)[static_cast<int64_t>(t) * p.kv_rank + n - p.q_rows] = y;
+        }
+      }
+    }
+    cluster_wait();
+    return;
+  }
+  if (n < sl.end) p.ckv[static_cast<int64_t>(t) * p.rows_ld + n] = v;
   if (threadIdx.x == 0) p.sumsq[t * p.slices + blockIdx.x] = ss;
   __threadfence();  // this block's sums and squares before its arrival
   __syncthreads();
@@ -1108,6 +1157,8 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.q_slices = ceil_div(k.q_rows, kSlice);
   k.c_slices = ceil_div(k.kv_rank, kSlice);
   k.slices = k.q_slices + k.c_slices + 1;
+  k.cluster_norm = k.slices <= kMaxClusterSlices &&
+                   programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(facts->major);
   const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
   const bool ring = stage_b_ring(kMB, tiles, facts->sm_count);
   const bool whole_row_fits = k.q_rows == 0 && k.a_rows <= kRowEpilogueRows * kThreads;
@@ -1195,11 +1246,22 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
       config.gridDim = dim3(1, k.tokens);
       LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_a_row_epilogue<T>, k));
     } else if (!k.fold) {
-      config.numAttrs =
+      // With cluster_norm: one cluster of the token's slices, then the programmatic attribute.
+      cudaLaunchAttribute attributes[2] = {{}, launch_config.attribute};
+      attributes[0].id = cudaLaunchAttributeClusterDimension;
+      attributes[0].val.clusterDim.x = static_cast<unsigned>(k.slices);
+      attributes[0].val.clusterDim.y = 1;
+      attributes[0].val.clusterDim.z = 1;
+      const bool programmatic =
           programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(facts->major);
+      config.attrs = k.cluster_norm ? attributes : attributes + 1;
+      config.numAttrs = (k.cluster_norm ? 1 : 0) + (programmatic ? 1 : 0);
       config.gridDim = dim3(k.slices, k.tokens);
-      LATENTKV_CUDA_RETURN(
-          cudaLaunchKernelEx(&config, mla_decode_stage_a_epilogue<T, RopeT>, k));
+      const cudaError_t launched =
+          cudaLaunchKernelEx(&config, mla_decode_stage_a_epilogue<T, RopeT>, k);
+      config.attrs = &launch_config.attribute;
+      LATENTKV_RETURN_IF_ERROR(
+          cuda_status(launched, "cudaLaunchKernelEx(mla_decode_stage_a_epilogue)"));
     }
   }
   if (!runs_second(p)) return Status::Ok();

@@ -389,6 +389,26 @@ constexpr int kEpilogueBlocksPerSm = 5;
 // group); the rest of a wider group is read after it.
 constexpr int kHeldGamma = 8;
 
+// A norm group's output rows of token t, indexed within the group: q_a's row (group 0), or the
+// cache row (null: none) and stage B's c (null: none) for group 1.
+template <typename T>
+struct NormOutputs {
+  T* out;
+  T* latent;
+};
+template <typename T>
+__device__ __forceinline__ NormOutputs<T> norm_outputs(const DecodeParams& p, bool q_group, int t,
+                                                       T* cache) {
+  if (q_group) {
+    return {static_cast<T*>(p.e.q_a) +
+                token_offset(t, p.e.seq, p.e.q_a_stride_batch, p.e.q_a_stride_seq),
+            nullptr};
+  }
+  return {cache, p.e.latent == nullptr
+                     ? nullptr
+                     : static_cast<T*>(p.e.latent) + static_cast<int64_t>(t) * p.kv_rank};
+}
+
 // The last slice of a norm group to finish: rows [gbegin, gbegin + width) of token t normalized
 // with gamma (gamma_held: this thread's first kHeldGamma values) and written to q_a (group 0) or
 // the cache row (null: none) and stage B's c (group 1).
@@ -403,12 +423,9 @@ __device__ __forceinline__ void normalize_group(const DecodeParams& p, const Sli
   const float inv = rsqrtf(total / static_cast<float>(width) + p.e.eps);
   const T* gamma = static_cast<const T*>(q_group ? p.e.q_norm : p.e.kv_norm);
   const float* sums = p.ckv + static_cast<int64_t>(t) * p.rows_ld + gbegin;
-  T* out = q_group ? static_cast<T*>(p.e.q_a) +
-                         token_offset(t, p.e.seq, p.e.q_a_stride_batch, p.e.q_a_stride_seq)
-                   : cache;
-  T* latent = q_group || p.e.latent == nullptr
-                  ? nullptr
-                  : static_cast<T*>(p.e.latent) + static_cast<int64_t>(t) * p.kv_rank;
+  const NormOutputs<T> rows = norm_outputs<T>(p, q_group, t, cache);
+  T* out = rows.out;
+  T* latent = rows.latent;
   float x[kHeldGamma];  // all loads issued before the first store (the outputs may alias, to
                        // the compiler)
 #pragma unroll
@@ -632,15 +649,10 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
     const float inv = rsqrtf(total / static_cast<float>(width) + p.e.eps);
     if (n < sl.end) {
       const T y = from_float<T>(v * inv * gamma_own);
-      if (q_group) {
-        static_cast<T*>(p.e.q_a)[token_offset(t, p.e.seq, p.e.q_a_stride_batch,
-                                              p.e.q_a_stride_seq) + n] = y;
-      } else {
-        if (cache != nullptr) cache[n - p.q_rows] = y;
-        if (p.e.latent != nullptr) {
-          static_cast<T*>(p.e.latent)[static_cast<int64_t>(t) * p.kv_rank + n - p.q_rows] = y;
-        }
-      }
+      const NormOutputs<T> rows = norm_outputs<T>(p, q_group, t, cache);
+      const int i = n - (q_group ? 0 : p.q_rows);
+      if (rows.out != nullptr) rows.out[i] = y;
+      if (rows.latent != nullptr) rows.latent[i] = y;
     }
     cluster_wait();
     return;
@@ -1157,8 +1169,10 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   k.q_slices = ceil_div(k.q_rows, kSlice);
   k.c_slices = ceil_div(k.kv_rank, kSlice);
   k.slices = k.q_slices + k.c_slices + 1;
-  k.cluster_norm = k.slices <= kMaxClusterSlices &&
-                   programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(facts->major);
+  // K2 as sm_90 code on an sm_90 device: a programmatic dependent, and a cluster where it fits.
+  const bool epilogue_sm90 =
+      programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(facts->major);
+  k.cluster_norm = k.slices <= kMaxClusterSlices && epilogue_sm90;
   const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
   const bool ring = stage_b_ring(kMB, tiles, facts->sm_count);
   const bool whole_row_fits = k.q_rows == 0 && k.a_rows <= kRowEpilogueRows * kThreads;
@@ -1252,10 +1266,8 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
       attributes[0].val.clusterDim.x = static_cast<unsigned>(k.slices);
       attributes[0].val.clusterDim.y = 1;
       attributes[0].val.clusterDim.z = 1;
-      const bool programmatic =
-          programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(facts->major);
       config.attrs = k.cluster_norm ? attributes : attributes + 1;
-      config.numAttrs = (k.cluster_norm ? 1 : 0) + (programmatic ? 1 : 0);
+      config.numAttrs = (k.cluster_norm ? 1 : 0) + (epilogue_sm90 ? 1 : 0);
       config.gridDim = dim3(k.slices, k.tokens);
       const cudaError_t launched =
           cudaLaunchKernelEx(&config, mla_decode_stage_a_epilogue<T, RopeT>, k);

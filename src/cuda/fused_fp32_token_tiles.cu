@@ -63,10 +63,10 @@ template <bool kVectors>
 __device__ __forceinline__ void stage4(float* dst, const float* src, int count, const float* any) {
   if constexpr (kVectors) {
     copy16_async(dst, count > 0 ? src : any, count > 0);
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int e = 0; e < 4; ++e) dst[e] = e < count ? src[e] : 0.f;
+    for (int e = 0; e < 4; ++e) dst[e] = e < count ? src[e] : 0.f;
+  }
 }
 
 // The number of the 4 elements from column c that lie before `end` (0 past it).

@@ -21,7 +21,7 @@
 //   K2 mla_decode_stage_a_epilogue  block = (slice of 256 rows, token): sums its rows over the
 //                              chunks (fixed order), then per norm group (q_a, c) the slices'
 //                              squares summed in slice order: on sm_90 a token's slices (at most
-//                              8) are one cluster and each slice reads the others' sums from
+//                              16) are one cluster and each slice reads the others' sums from
 //                              their shared memory and normalizes its own rows; else the block
 //                              that finishes last (an arrival counter per token and group,
 //                              zeroed by K1) normalizes the whole row. Either writes q_a, the
@@ -100,7 +100,7 @@ template <int kM, bool kRing>
 constexpr int kStageBStep = kStageBLoads<kM, kRing> * kKBlock;
 constexpr int kMaxRank = 1024;     // c [16, R + pad] in shared memory beside k_pe (< 48 KB)
 constexpr int kSlice = kThreads;   // K2: one row per thread
-constexpr int kMaxClusterSlices = 8;  // K2's slices per token as one cluster: the portable limit
+constexpr int kMaxClusterSlices = 16;  // K2's slices per token as one cluster (non-portable: sm_90)
 constexpr int kMaxRopeDim = kThreads;  // K2's k_pe slice is one block
 constexpr int kBlocksPerSm = 2;    // K1's and K3's target (launch bounds allow two)
 // K3's blocks per SM (launch bounds and grid): the ring's 4, so that a fresh kv_b stream has the
@@ -1095,15 +1095,33 @@ cudaError_t opt_in_stage_b(size_t device_limit) {
                               static_cast<int>(bytes));
 }
 
+// K2's clusters past the portable 8 blocks (every sm_90 device runs 16), where it runs sm_90 code.
+template <typename T, typename RopeT>
+cudaError_t allow_wide_epilogue_clusters(int major) {
+  if (!programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(major)) {
+    return cudaSuccess;
+  }
+  return cudaFuncSetAttribute(mla_decode_stage_a_epilogue<T, RopeT>,
+                              cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+}
+
 // The per-device setup (prepared_device): K3's two- and four-tile variants opted in to their
-// largest plan or the device's limit (takes() refuses a plan past that limit).
+// largest plan or the device's limit (takes() refuses a plan past that limit), K2 to clusters of
+// kMaxClusterSlices.
 struct DecodeKernels {
   static Status setup(const DeviceFacts& f) {
     cudaError_t err = opt_in_stage_b<__nv_bfloat16, 2>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__nv_bfloat16, 4>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__half, 2>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__half, 4>(f.smem_optin);
-    return cuda_status(err, "cuda-mla-decode: shared-memory opt-in");
+    if (err != cudaSuccess) return cuda_status(err, "cuda-mla-decode: shared-memory opt-in");
+    err = allow_wide_epilogue_clusters<__nv_bfloat16, float>(f.major);
+    if (err == cudaSuccess) {
+      err = allow_wide_epilogue_clusters<__nv_bfloat16, __nv_bfloat16>(f.major);
+    }
+    if (err == cudaSuccess) err = allow_wide_epilogue_clusters<__half, float>(f.major);
+    if (err == cudaSuccess) err = allow_wide_epilogue_clusters<__half, __half>(f.major);
+    return cuda_status(err, "cuda-mla-decode: K2's cluster size");
   }
 };
 

@@ -833,6 +833,24 @@ std::vector<MlaCase> decode_cases() {
                             RopeForm::kPositions, CacheMode::kPaged},
                            0));
   }
+  // K2's slices past two partial trips (D = 2304: 9 chunks) as one cluster per token: a short
+  // last c slice (R = 456), with q_a 9 slices (1536 + 512) and 16 (3328 + 512, the most one
+  // cluster takes), then past 16 the arrival counters (3584 + 512: 17); two tokens each, so that
+  // a token's clusters and counters stay apart.
+  const MlaEdge slice_edges[] = {
+      {"slices-short-c", 1, 2, 2304, 0, 456, 64, 2, 16, 16},
+      {"slices-q-cluster-9", 1, 2, 2304, 1536, 512, 64, 2, 16, 16},
+      {"slices-q-cluster-16", 2, 1, 2304, 3328, 512, 32, 2, 16, 16},
+      {"slices-q-counter-17", 1, 2, 2304, 3584, 512, 64, 2, 16, 16},
+  };
+  for (const MlaEdge& e : slice_edges) {
+    for (MlaStage stage : {MlaStage::kFirst, MlaStage::kBoth}) {
+      cases.push_back(decode({e.name, with(mla_edge_problem(e), DType::kBFloat16, stage,
+                                           RopeStyle::kInterleave),
+                              RopeForm::kPositions, CacheMode::kPaged},
+                             0));
+    }
+  }
   // The fold's smallest edge and the ring's also run with scalar stores.
   const MlaEdge fold = {"fold-rope2", 1, 1, 264, 0, 40, 2, 2, 8, 8};
   const MlaEdge ring = {"fold-ring", 1, 1, 1280, 0, 264, 64, 160, 120, 132};

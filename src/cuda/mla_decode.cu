@@ -18,7 +18,8 @@
 //                              chunk [T, chunk] staged in shared memory (chunks narrow as T
 //                              grows: under 48 KB); partial dot products to the workspace
 //                              [chunk][T][rows] float32.
-//   K2 mla_decode_stage_a_epilogue  block = (slice of 256 rows, token): sums its rows over the
+//   K2 mla_decode_stage_a_epilogue  block = (slice of 256 rows, token; at least 16 token rows,
+//                              those past T only waiting for K1): sums its rows over the
 //                              chunks (fixed order), then per norm group (q_a, c) the slices'
 //                              squares summed in slice order: on sm_90 a token's slices (at most
 //                              16) are one cluster and each slice reads the others' sums from
@@ -551,12 +552,13 @@ __device__ __forceinline__ void row_epilogue(const DecodeParams& p, const RowEpi
   }
 }
 
-// K2. Block (slice x, token y). Everything K1 does not write (gamma, the slot, the position and its
-// cos/sin) is read before the wait, so the chain after K1 is the partials and the norm. With
-// cluster_norm (sm_90: a token's slices are one cluster) every slice takes its group's sums of
-// squares from the others' shared memory after a cluster barrier and normalizes its own rows from
-// registers; else the group's last slice to arrive (an arrival counter) normalizes all its rows
-// from the workspace. Both sum the squares in slice order: the same values.
+// K2. Block (slice x, token y; rows past T wait and exit). Everything K1 does not write (gamma,
+// the slot, the position and its cos/sin) is read before the wait, so the chain after K1 is the
+// partials and the norm. With cluster_norm (sm_90: a token's slices are one cluster) every slice
+// takes its group's sums of squares from the others' shared memory after a cluster barrier and
+// normalizes its own rows from registers; else the group's last slice to arrive (an arrival
+// counter) normalizes all its rows from the workspace. Both sum the squares in slice order: the
+// same values.
 template <typename T, typename RopeT>
 __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
     mla_decode_stage_a_epilogue(const __grid_constant__ DecodeParams p) {
@@ -566,6 +568,10 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
   __shared__ bool last;
   allow_dependents();
   const int t = blockIdx.y;
+  if (t >= p.tokens) {  // a padding row (kMlaDecodeEpilogueMinTokenRows)
+    wait_for_previous_stage();
+    return;
+  }
   const Slice sl = slice_of(p, blockIdx.x);
   T* cache = mla_cache_row<T>(p.e.cache, t, p.e.seq);  // [R + dr] or null
   float gamma_held[kHeldGamma];
@@ -1286,7 +1292,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
       attributes[0].val.clusterDim.z = 1;
       config.attrs = k.cluster_norm ? attributes : attributes + 1;
       config.numAttrs = (k.cluster_norm ? 1 : 0) + (epilogue_sm90 ? 1 : 0);
-      config.gridDim = dim3(k.slices, k.tokens);
+      config.gridDim = dim3(k.slices, std::max(k.tokens, kMlaDecodeEpilogueMinTokenRows));
       const cudaError_t launched =
           cudaLaunchKernelEx(&config, mla_decode_stage_a_epilogue<T, RopeT>, k);
       config.attrs = &launch_config.attribute;

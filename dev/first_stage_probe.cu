@@ -28,6 +28,7 @@
 #include <cstdio>
 
 #include "cuda/ptx.h"  // the mbarrier helpers
+#include "probe_streams.h"
 #include "probe_timing.h"
 
 namespace {
@@ -36,29 +37,29 @@ constexpr int kThreads = 256;
 
 __global__ void empty_kernel() {}
 
-template <int U>
-__global__ void __launch_bounds__(kThreads) stream_ldg(const uint4* __restrict__ src, size_t n,
-                                                       unsigned* sink) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * kThreads;
+using probe::fold;
+using probe::load_nc16;
+using probe::stream_ldg;
+
+// Thread (g, q)'s reads of weight row `row` over [k_begin, k_end) in K1's pattern (16 bytes at
+// 8q + 32j, kLoads in flight), folded and combined over the row's four threads.
+template <int kLoads>
+__device__ __forceinline__ unsigned read_row_chunk(const uint16_t* __restrict__ w, int row,
+                                                   int dim, int k_begin, int k_end, int q) {
   unsigned acc = 0;
-  for (size_t base = blockIdx.x * static_cast<size_t>(kThreads) + threadIdx.x; base < n;
-       base += stride * U) {
-    uint4 v[U];
+  const uint16_t* r = w + static_cast<size_t>(row) * dim;
+  for (int k0 = k_begin; k0 < k_end; k0 += kLoads * 32) {
+    uint4 v[kLoads];
 #pragma unroll
-    for (int k = 0; k < U; ++k) {
-      const size_t i = base + k * stride;
-      if (i < n) {
-        asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(v[k].x), "=r"(v[k].y), "=r"(v[k].z), "=r"(v[k].w)
-                     : "l"(src + i));
-      } else {
-        v[k] = make_uint4(0, 0, 0, 0);
-      }
+    for (int j = 0; j < kLoads; ++j) {
+      const int k = k0 + j * 32 + 8 * q;
+      v[j] = k < k_end ? load_nc16(r + k) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int k = 0; k < U; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+    for (int j = 0; j < kLoads; ++j) acc ^= fold(v[j]);
   }
-  if (acc == 0x9e3779b9u) sink[0] = acc;
+  acc ^= __shfl_xor_sync(0xffffffffu, acc, 1);
+  return acc ^ __shfl_xor_sync(0xffffffffu, acc, 2);
 }
 
 // K1's shape: block (row group x, chunk y); kLoads 16-byte loads per thread per step.
@@ -69,27 +70,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int row = blockIdx.x * 64 + warp * 8 + g;
   const int k_begin = blockIdx.y * chunk, k_end = min(k_begin + chunk, dim);
-  unsigned acc = 0;
   if (row < rows) {
-    const uint16_t* r = w + static_cast<size_t>(row) * dim;
-    for (int k0 = k_begin; k0 < k_end; k0 += kLoads * 32) {
-      uint4 v[kLoads];
-#pragma unroll
-      for (int j = 0; j < kLoads; ++j) {
-        const int k = k0 + j * 32 + 8 * q;
-        if (k < k_end) {
-          asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                       : "=r"(v[j].x), "=r"(v[j].y), "=r"(v[j].z), "=r"(v[j].w)
-                       : "l"(r + k));
-        } else {
-          v[j] = make_uint4(0, 0, 0, 0);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kLoads; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
-    }
-    acc ^= __shfl_xor_sync(0xffffffffu, acc, 1);
-    acc ^= __shfl_xor_sync(0xffffffffu, acc, 2);
+    const unsigned acc = read_row_chunk<kLoads>(w, row, dim, k_begin, k_end, q);
     if (q == 0)
       partials[static_cast<size_t>(blockIdx.y) * rows + row] = __uint_as_float(acc & 0xffff);
   }
@@ -119,28 +101,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int row = blockIdx.x * 64 + warp * 8 + g;
   const int k_begin = blockIdx.y * chunk, k_end = min(k_begin + chunk, dim);
-  unsigned acc = 0;
-  if (row < rows) {
-    const uint16_t* r = w + static_cast<size_t>(row) * dim;
-    for (int k0 = k_begin; k0 < k_end; k0 += kLoads * 32) {
-      uint4 v[kLoads];
-#pragma unroll
-      for (int j = 0; j < kLoads; ++j) {
-        const int k = k0 + j * 32 + 8 * q;
-        if (k < k_end) {
-          asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                       : "=r"(v[j].x), "=r"(v[j].y), "=r"(v[j].z), "=r"(v[j].w)
-                       : "l"(r + k));
-        } else {
-          v[j] = make_uint4(0, 0, 0, 0);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kLoads; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
-    }
-    acc ^= __shfl_xor_sync(0xffffffffu, acc, 1);
-    acc ^= __shfl_xor_sync(0xffffffffu, acc, 2);
-  }
+  const unsigned acc = row < rows ? read_row_chunk<kLoads>(w, row, dim, k_begin, k_end, q) : 0u;
   const float value = __uint_as_float(acc & 0xffff);
   int plane = blockIdx.y, planes = gridDim.y;
   if constexpr (kCluster > 1) {

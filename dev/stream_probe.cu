@@ -21,6 +21,7 @@
 #include <cstdio>
 
 #include "cuda/ptx.h"  // the mbarrier helpers
+#include "probe_streams.h"
 #include "probe_timing.h"
 
 namespace {
@@ -33,30 +34,8 @@ using latentkv::detail::wait_barrier;
 
 constexpr int kThreads = 256;
 
-template <int U>
-__global__ void __launch_bounds__(kThreads) stream_ldg(const uint4* __restrict__ src, size_t n,
-                                                       unsigned* sink) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * kThreads;
-  unsigned acc = 0;
-  for (size_t base = blockIdx.x * static_cast<size_t>(kThreads) + threadIdx.x; base < n;
-       base += stride * U) {
-    uint4 v[U];
-#pragma unroll
-    for (int k = 0; k < U; ++k) {
-      const size_t i = base + k * stride;
-      if (i < n) {
-        asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(v[k].x), "=r"(v[k].y), "=r"(v[k].z), "=r"(v[k].w)
-                     : "l"(src + i));
-      } else {
-        v[k] = make_uint4(0, 0, 0, 0);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < U; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
-  }
-  if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads; practically never stores
-}
+using probe::load_nc16;
+using probe::stream_ldg;
 
 // Warps over 8-row tiles of a [rows, 512] bf16 matrix (1 KB rows, 8 KB per tile), as the decode
 // kernels' weight tiles: warp w takes tiles w, w + 8 * gridDim.x, ...; U of a tile's 16 loads per
@@ -94,12 +73,10 @@ __global__ void __launch_bounds__(kThreads) stream_tile(const char* __restrict__
         const int j = j0 + k;
         const int off = kLines ? ((lane / 8) + 4 * (j % 2)) * 1024 + 16 * (lane % 8) + 128 * (j / 2)
                                : (lane / 4) * 1024 + 16 * (lane % 4) + 64 * j;
-        asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(v[k].x), "=r"(v[k].y), "=r"(v[k].z), "=r"(v[k].w)
-                     : "l"(base + off));
+        v[k] = load_nc16(base + off);
       }
 #pragma unroll
-      for (int k = 0; k < U; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+      for (int k = 0; k < U; ++k) acc ^= probe::fold(v[k]);
     }
   }
   if (acc == 0x9e3779b9u) sink[0] = acc;
@@ -144,7 +121,7 @@ __global__ void __launch_bounds__(kThreads) stream_bulk(const char* __restrict__
     const int vecs = static_cast<int>((end - off < stage_bytes ? end - off : stage_bytes) / 16);
     for (int i = threadIdx.x; i < vecs; i += kThreads) {
       const uint4 v = stage[i];
-      acc ^= v.x ^ v.y ^ v.z ^ v.w;
+      acc ^= probe::fold(v);
     }
     __syncthreads();  // every thread is done with stage s before it is refilled
     if (threadIdx.x == 0 && c + stages < chunks) issue(c + stages);

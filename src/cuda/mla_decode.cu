@@ -1101,13 +1101,17 @@ cudaError_t opt_in_stage_b(size_t device_limit) {
                               static_cast<int>(bytes));
 }
 
-// K2's clusters past the portable 8 blocks (every sm_90 device runs 16), where it runs sm_90 code.
-template <typename T, typename RopeT>
+// K2's clusters past the portable 8 blocks (every sm_90 device runs 16), for both RoPE table types
+// of T, where K2 runs sm_90 code.
+template <typename T>
 cudaError_t allow_wide_epilogue_clusters(int major) {
-  if (!programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(major)) {
+  if (!programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, float>>(major)) {
     return cudaSuccess;
   }
-  return cudaFuncSetAttribute(mla_decode_stage_a_epilogue<T, RopeT>,
+  cudaError_t err = cudaFuncSetAttribute(mla_decode_stage_a_epilogue<T, float>,
+                                         cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (err != cudaSuccess) return err;
+  return cudaFuncSetAttribute(mla_decode_stage_a_epilogue<T, T>,
                               cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
 }
 
@@ -1121,12 +1125,8 @@ struct DecodeKernels {
     if (err == cudaSuccess) err = opt_in_stage_b<__half, 2>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__half, 4>(f.smem_optin);
     if (err != cudaSuccess) return cuda_status(err, "cuda-mla-decode: shared-memory opt-in");
-    err = allow_wide_epilogue_clusters<__nv_bfloat16, float>(f.major);
-    if (err == cudaSuccess) {
-      err = allow_wide_epilogue_clusters<__nv_bfloat16, __nv_bfloat16>(f.major);
-    }
-    if (err == cudaSuccess) err = allow_wide_epilogue_clusters<__half, float>(f.major);
-    if (err == cudaSuccess) err = allow_wide_epilogue_clusters<__half, __half>(f.major);
+    err = allow_wide_epilogue_clusters<__nv_bfloat16>(f.major);
+    if (err == cudaSuccess) err = allow_wide_epilogue_clusters<__half>(f.major);
     return cuda_status(err, "cuda-mla-decode: K2's cluster size");
   }
 };

@@ -46,14 +46,24 @@
 //                              from the accumulators (rounded once; two adjacent columns as one
 //                              32-bit store where the strides allow) and K's k_pe columns from
 //                              k_pe.
-// kFirst runs K1 + K2; kSecond runs K3 alone, gathering c and k_pe from args.latent/args.k_pe or
+//   KA mla_decode_fused_stage_a  K1 and K2 as one cooperative kernel where heuristics.h prefers
+//                              it (q_a merged, or one token through the first stage alone on
+//                              large weights): blocks of 16 rows x a chunk of D (at most 2 per
+//                              SM, so the grid is resident), the warps splitting the chunk's
+//                              K-blocks, hidden's A fragments read from L2, the warps' sums joined
+//                              in shared memory, a few chunk partials per row, one grid-wide
+//                              barrier, then block t runs the row epilogue of token t and block
+//                              T + t normalizes its q_a. K3 follows it as it follows K2.
+// kFirst runs K1 + K2 (or KA); kSecond runs K3 alone, gathering c and k_pe from args.latent/args.k_pe or
 // the cache by slot (a skipped slot gives zero rows of K and V); kBoth runs all three. Results are
 // deterministic (every sum in a fixed order).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -497,14 +507,15 @@ __device__ __forceinline__ RowEpilogueInputs row_epilogue_inputs(const DecodePar
 }
 
 // Token t's c into c [R] and k_pe into pe [dr] (shared or global memory, rounded to T), and both
-// into the cache row (null: none); x_pe [2 dr] and red [kWarps] are shared scratch.
+// into the cache row (null: none), from the chunk partials of its [c | k_pe] rows (after q_a's
+// q_rows, which only the fused stage A has here); x_pe [2 dr] and red [kWarps] are shared scratch.
 template <typename T, int kBatch>
 __device__ __forceinline__ void row_epilogue(const DecodeParams& p, const RowEpilogueInputs& f,
                                              int t, T* c, T* pe, T* cache, float* x_pe,
                                              float* red) {
   const int width = p.kv_rank + p.rope_dim;
   const int64_t plane = static_cast<int64_t>(p.tokens) * p.rows_ld;
-  const float* src = p.partials + static_cast<int64_t>(t) * p.rows_ld;
+  const float* src = p.partials + static_cast<int64_t>(t) * p.rows_ld + p.q_rows;
   float x[kRowEpilogueRows] = {};
   for (int c0 = 0; c0 < p.chunks; c0 += kBatch) {
     float part[kRowEpilogueRows][kBatch];
@@ -694,6 +705,153 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
   T* pe_row = p.pe_out == nullptr ? nullptr : static_cast<T*>(p.pe_out) + t * p.rope_dim;
   row_epilogue<T, kRowEpilogueBatch<true>>(p, f, t, latent, pe_row,
                                            mla_cache_row<T>(p.e.cache, t, p.e.seq), pe, red);
+}
+
+// The fused stage A (K1 and K2 as one cooperative kernel, mla_decode_fused_stage_a): block (row
+// group x, chunk y) takes kFusedTiles weight tiles (16 rows) of [q_a_weight; kv_a_weight] over
+// one chunk of D, its warps splitting the chunk's K-blocks (so a row's partials are the few
+// chunks, not the warps); A fragments are read straight from hidden (no reuse inside a block to
+// stage for). The warps' sums meet in shared memory (warp order), each chunk's partial goes to
+// the workspace, one grid-wide barrier, then block t < T runs the row epilogue of token t and
+// block T + t (with q_a) normalizes token t's q_a: the chain after the weight stream is one
+// barrier and one L2 round trip instead of a kernel boundary and the sliced K2's three trips.
+constexpr int kFusedTiles = 2;                      // weight tiles per block
+constexpr int kFusedRows = kFusedTiles * kTileRows;  // 16 rows
+constexpr int kFusedLoads = 4;   // K-blocks per warp in flight: 8 weight + 8 hidden vectors
+constexpr int kFusedBlocksPerSm = 2;  // the grid is co-resident at this many blocks per SM
+constexpr int kFusedBatch = 8;   // chunk partials per row in flight in the epilogue: one trip
+constexpr int kFusedQHeld = 8;   // q_a values per thread: q_rows <= kFusedQHeld * kThreads
+static_assert(kFusedTiles * kMTile * kTileRows == kThreads, "the warp reduction: a value a thread");
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kFusedBlocksPerSm)
+    mla_decode_fused_stage_a(const __grid_constant__ DecodeParams p) {
+  __shared__ float sums[kWarps][kFusedTiles][kMTile * kTileRows];  // [warp][tile][token][row]
+  __shared__ float red[kWarps];
+  __shared__ float pe[2 * kMaxRopeDim];
+  allow_dependents();  // stage B's blocks may start their kv_b stream beside this grid
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, q = lane % 4;
+  const int block = blockIdx.y * gridDim.x + blockIdx.x;
+  const bool row_block = block < p.tokens;
+  const bool q_block = !row_block && p.q_rows > 0 && block < 2 * p.tokens;
+
+  // The epilogue's inputs that stage A does not write, read before the stream: gamma, the
+  // angles (position, then its table row) and the cache row (its slot).
+  RowEpilogueInputs f{};
+  T* cache = nullptr;
+  if (row_block) {
+    f = row_epilogue_inputs<T>(p, block);
+    cache = mla_cache_row<T>(p.e.cache, block, p.e.seq);
+  }
+  float q_gamma[kFusedQHeld];
+  if (q_block) {
+    const T* gamma = static_cast<const T*>(p.e.q_norm);
+#pragma unroll
+    for (int j = 0; j < kFusedQHeld; ++j) {
+      const int n = threadIdx.x + j * kThreads;
+      q_gamma[j] = n < p.q_rows ? to_float(gamma[n]) : 0.f;
+    }
+  }
+
+  // Rows g and 8 + g of the block's tiles; tokens g and g + 8 (A rows past T are zeros).
+  const int row0 = blockIdx.x * kFusedRows;
+  const T* rows[kFusedTiles];
+#pragma unroll
+  for (int i = 0; i < kFusedTiles; ++i) rows[i] = stage_a_row<T>(p, row0 + i * kTileRows + g);
+  const T* hidden = static_cast<const T*>(p.hidden);
+  const T* x_rows[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int t = g + h * kTileRows;
+    x_rows[h] = t < p.tokens
+                    ? hidden + token_offset(t, p.seq, p.hidden_stride_batch, p.hidden_stride_seq)
+                    : nullptr;
+  }
+  const int k_begin = blockIdx.y * p.chunk;
+  const int k_end = min(k_begin + p.chunk, p.model_dim);
+  constexpr int kStride = kWarps * kKBlock;  // a warp's next K-block
+
+  float acc[kFusedTiles][4] = {};
+  for (int k0 = k_begin + warp * kKBlock; k0 < k_end; k0 += kFusedLoads * kStride) {
+    uint4 w[kFusedLoads][kFusedTiles], x[kFusedLoads][2];
+#pragma unroll
+    for (int j = 0; j < kFusedLoads; ++j) {
+      const int k = k0 + j * kStride + 8 * q;
+      const bool in = k < k_end;  // k_end and k are multiples of 8
+#pragma unroll
+      for (int i = 0; i < kFusedTiles; ++i) w[j][i] = load_or_zero(rows[i] + k, in && rows[i]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) x[j][h] = load_or_zero(x_rows[h] + k, in && x_rows[h]);
+    }
+#pragma unroll
+    for (int j = 0; j < kFusedLoads; ++j) {
+      if (k0 + j * kStride >= k_end) break;  // warp-uniform
+#pragma unroll
+      for (int i = 0; i < kFusedTiles; ++i) mma_block<T>(acc[i], x[j][0], x[j][1], w[j][i]);
+    }
+  }
+
+  // acc[i]: tokens g (values 0, 1) and g + 8 (2, 3) x rows 2q, 2q + 1 of tile i.
+#pragma unroll
+  for (int i = 0; i < kFusedTiles; ++i) {
+    float* s = sums[warp][i];
+    *reinterpret_cast<float2*>(s + g * kTileRows + 2 * q) = make_float2(acc[i][0], acc[i][1]);
+    *reinterpret_cast<float2*>(s + (g + 8) * kTileRows + 2 * q) =
+        make_float2(acc[i][2], acc[i][3]);
+  }
+  __syncthreads();
+  {
+    const int tile = threadIdx.x / (kMTile * kTileRows);
+    const int t = threadIdx.x / kTileRows % kMTile, r = threadIdx.x % kTileRows;
+    const int n = row0 + tile * kTileRows + r;
+    if (t < p.tokens && n < p.rows_ld) {
+      float v = 0.f;
+#pragma unroll
+      for (int w8 = 0; w8 < kWarps; ++w8) v += sums[w8][tile][t * kTileRows + r];
+      p.partials[(static_cast<int64_t>(blockIdx.y) * p.tokens + t) * p.rows_ld + n] = v;
+    }
+  }
+  cooperative_groups::this_grid().sync();  // every chunk's partials written and visible
+
+  if (row_block) {
+    const int t = block;
+    T* latent = p.e.latent == nullptr
+                    ? nullptr
+                    : static_cast<T*>(p.e.latent) + static_cast<int64_t>(t) * p.kv_rank;
+    T* pe_row = p.pe_out == nullptr ? nullptr : static_cast<T*>(p.pe_out) + t * p.rope_dim;
+    row_epilogue<T, kFusedBatch>(p, f, t, latent, pe_row, cache, pe, red);
+  } else if (q_block) {
+    const int t = block - p.tokens;
+    const int64_t plane = static_cast<int64_t>(p.tokens) * p.rows_ld;
+    const float* src = p.partials + static_cast<int64_t>(t) * p.rows_ld;
+    float x[kFusedQHeld] = {};
+    for (int c0 = 0; c0 < p.chunks; c0 += kFusedBatch) {
+      float part[kFusedQHeld][kFusedBatch];
+#pragma unroll
+      for (int j = 0; j < kFusedQHeld; ++j) {
+        const int n = threadIdx.x + j * kThreads;
+#pragma unroll
+        for (int b = 0; b < kFusedBatch; ++b) {
+          part[j][b] = n < p.q_rows && c0 + b < p.chunks ? __ldcg(src + (c0 + b) * plane + n) : 0.f;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kFusedQHeld; ++j)
+#pragma unroll
+        for (int b = 0; b < kFusedBatch; ++b) x[j] += part[j][b];
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < kFusedQHeld; ++j) ss += x[j] * x[j];  // zeros past q_rows
+    const float inv = rsqrtf(block_sum(ss, red) / static_cast<float>(p.q_rows) + p.e.eps);
+    T* out = norm_outputs<T>(p, true, t, nullptr).out;
+#pragma unroll
+    for (int j = 0; j < kFusedQHeld; ++j) {
+      const int n = threadIdx.x + j * kThreads;
+      if (n < p.q_rows) out[n] = from_float<T>(x[j] * inv * q_gamma[j]);
+    }
+  }
 }
 
 // K3's A operand row t (c, rounded to T) and k_pe row, from stage A's workspace, the caller's
@@ -1009,6 +1167,30 @@ StageAPlan stage_a_plan(int64_t model_dim, int64_t rows, int sm_count, int windo
   return s;
 }
 
+// The fused stage A's cut (mla_decode_fused_stage_a): row groups of kFusedRows, chunks of D so
+// that the grid stays within kFusedBlocksPerSm blocks per SM (a cooperative launch's residency),
+// at most the workspace's ceil(D / kMinChunk) partial planes. Usable where that grid holds the
+// epilogue's 2T blocks and the epilogue's rows fit its threads.
+struct FusedPlan {
+  int row_groups, chunk, chunks;
+  bool usable;
+};
+
+FusedPlan fused_plan(const MlaProblem& p, int q_rows, int a_rows, int sm_count) {
+  FusedPlan s{};
+  const int64_t capacity = int64_t{kFusedBlocksPerSm} * sm_count;
+  s.row_groups = ceil_div(a_rows, kFusedRows);
+  const int64_t wanted = std::clamp<int64_t>(capacity / s.row_groups, 1,
+                                             ceil_div<int64_t>(p.model_dim, kMinChunk));
+  s.chunk = static_cast<int>(round_up<int64_t>(ceil_div<int64_t>(p.model_dim, wanted), kKBlock));
+  s.chunks = static_cast<int>(ceil_div<int64_t>(p.model_dim, s.chunk));
+  const int64_t blocks = int64_t{s.row_groups} * s.chunks;
+  s.usable = blocks <= capacity && blocks >= 2 * p.tokens() && p.tokens() <= kMTile &&
+             q_rows <= kFusedQHeld * kThreads &&
+             p.cache_width() <= kRowEpilogueRows * kThreads;
+  return s;
+}
+
 constexpr int64_t kRegionAlignment = 256;
 constexpr int64_t kMaxGridY = 65535;  // gridDim.y's limit: K1's chunks of D
 
@@ -1115,12 +1297,32 @@ cudaError_t allow_wide_epilogue_clusters(int major) {
                               cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
 }
 
+// Whether the fused stage A's grid (kFusedBlocksPerSm per SM) is co-resident on each tracked
+// device: both dtypes' kernels fit that many blocks per SM (found once, by the setup below).
+std::array<bool, kMaxTrackedDevices>& fused_stage_a_fits() {
+  static std::array<bool, kMaxTrackedDevices> fits{};
+  return fits;
+}
+
+template <typename T>
+cudaError_t fused_blocks_per_sm(int* blocks) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, mla_decode_fused_stage_a<T>,
+                                                       kThreads, 0);
+}
+
 // The per-device setup (prepared_device): K3's two- and four-tile variants opted in to their
 // largest plan or the device's limit (takes() refuses a plan past that limit), K2 to clusters of
-// kMaxClusterSlices.
+// kMaxClusterSlices, the fused stage A's residency.
 struct DecodeKernels {
   static Status setup(const DeviceFacts& f) {
-    cudaError_t err = opt_in_stage_b<__nv_bfloat16, 2>(f.smem_optin);
+    int device = 0, bf16_blocks = 0, fp16_blocks = 0;
+    LATENTKV_RETURN_IF_ERROR(current_tracked_device(&device));
+    cudaError_t err = fused_blocks_per_sm<__nv_bfloat16>(&bf16_blocks);
+    if (err == cudaSuccess) err = fused_blocks_per_sm<__half>(&fp16_blocks);
+    if (err != cudaSuccess) return cuda_status(err, "cuda-mla-decode: fused stage A occupancy");
+    fused_stage_a_fits()[device] = f.cooperative_launch &&
+                                   std::min(bf16_blocks, fp16_blocks) >= kFusedBlocksPerSm;
+    err = opt_in_stage_b<__nv_bfloat16, 2>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__nv_bfloat16, 4>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__half, 2>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__half, 4>(f.smem_optin);
@@ -1187,9 +1389,16 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
                                              p.kv_b_rows() * p.kv_rank * eb);
   const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.window_a,
                                        windows_a, overlap ? kStageABlocksBeforeB : kBlocksPerSm);
+  const FusedPlan fused_cut = fused_plan(p, k.q_rows, k.a_rows, facts->sm_count);
+  int device = 0;
+  LATENTKV_RETURN_IF_ERROR(current_tracked_device(&device));
+  const bool fused = runs_first(p) && fused_cut.usable && fused_stage_a_fits()[device] &&
+                     mla_decode_fused_stage_a_preferred(
+                         p.tokens(), k.q_rows > 0, !runs_second(p),
+                         int64_t{k.a_rows} * p.model_dim * eb);
   k.rows_ld = plan.rows_ld;
-  k.chunk = plan.chunk;
-  k.chunks = plan.chunks;
+  k.chunk = fused ? fused_cut.chunk : plan.chunk;
+  k.chunks = fused ? fused_cut.chunks : plan.chunks;
   k.q_slices = ceil_div(k.q_rows, kSlice);
   k.c_slices = ceil_div(k.kv_rank, kSlice);
   k.slices = k.q_slices + k.c_slices + 1;
@@ -1200,7 +1409,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
   const bool ring = stage_b_ring(kMB, tiles, facts->sm_count);
   const bool whole_row_fits = k.q_rows == 0 && k.a_rows <= kRowEpilogueRows * kThreads;
-  k.fold = runs_first(p) && runs_second(p) && whole_row_fits && k.tokens == 1 && !ring &&
+  k.fold = !fused && runs_first(p) && runs_second(p) && whole_row_fits && k.tokens == 1 && !ring &&
            mla_decode_fold_epilogue(stage_b_blocks(tiles, ring, facts->sm_count) * k.chunks *
                                     k.rows_ld * int64_t{sizeof(float)});
   k.whole_rows = !k.fold && whole_row_fits &&
@@ -1270,7 +1479,23 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   ProgrammaticLaunch launch_config(kThreads, stream);
   cudaLaunchConfig_t& config = launch_config.config;
 
-  if (runs_first(p)) {
+  if (fused) {
+    // A plain cooperative launch (the grid-wide barrier needs every block resident), for the
+    // same reason K1 is never a programmatic one.
+    cudaLaunchAttribute cooperative{};
+    cooperative.id = cudaLaunchAttributeCooperative;
+    cooperative.val.cooperative = 1;
+    cudaLaunchConfig_t fused_config{};
+    fused_config.gridDim = dim3(static_cast<unsigned>(fused_cut.row_groups),
+                                static_cast<unsigned>(fused_cut.chunks));
+    fused_config.blockDim = dim3(kThreads);
+    fused_config.stream = stream;
+    fused_config.attrs = &cooperative;
+    fused_config.numAttrs = 1;
+    LATENTKV_RETURN_IF_ERROR(
+        cuda_status(cudaLaunchKernelEx(&fused_config, mla_decode_fused_stage_a<T>, k),
+                    "cudaLaunchKernelEx(mla_decode_fused_stage_a, cooperative)"));
+  } else if (runs_first(p)) {
     // K1 is a plain launch, never a programmatic one: it zeroes the arrivals and overwrites the
     // partials at once, so whatever ran before it in the stream (the previous call's K2) is done.
     const size_t smem_a = sizeof(T) * k.window_a * smem_ld(k.chunk);

@@ -738,6 +738,12 @@ std::vector<MlaCase> decode_cases() {
       // V3's R and head widths (4352 tiles).
       {"dec-ring-tiles", 1, 3, 64, 0, 264, 64, 160, 120, 132},
       {"dec-ring-16", 2, 8, 64, 0, 512, 64, 136, 128, 128},
+      // The fused stage A (one cooperative kernel): its widest q_a (kFusedQHeld x 256 rows) over
+      // six tokens, one row past it (K1 and the sliced K2 with q_a), and one token of the first
+      // stage alone on 4.7 MB of weights (heuristics.h: fused there, not with stage B behind).
+      {"dec-fused-q2048", 2, 3, 256, 2048, 64, 16, 2, 16, 16},
+      {"dec-q2056", 1, 2, 256, 2056, 64, 16, 1, 16, 16},
+      {"dec-fused-first", 1, 1, 4096, 0, 512, 64, 1, 8, 8},
   };
   for (const MlaEdge& e : edges) {
     const MlaProblem p = mla_edge_problem(e);
@@ -754,6 +760,17 @@ std::vector<MlaCase> decode_cases() {
                               RopeForm::kPositions, CacheMode::kPaged},
                              0));
     }
+  }
+  // The fused stage A's one-token first stage through a padding slot or a position before the
+  // table (NaN k_pe), in the two pair layouts the edges above leave out there.
+  for (RopeStyle style : {RopeStyle::kInterleave, RopeStyle::kGptJ}) {
+    const MlaProblem p = mla_edge_problem({"", 1, 1, 4096, 0, 512, 64, 1, 8, 8});
+    MlaCase first = decode({"dec-fused-first-paged", with(p, DType::kBFloat16, MlaStage::kFirst,
+                                                          style),
+                            RopeForm::kPositions, CacheMode::kPaged},
+                           0);
+    first.bad_positions = style == RopeStyle::kGptJ;
+    cases.push_back(first);
   }
   constexpr int64_t kTile = detail::tiles::kMlaDecodeTokenTile;
   constexpr int64_t kMaxTokens = kTile * detail::tiles::kMlaDecodeMaxTokenTiles;

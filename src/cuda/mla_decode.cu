@@ -49,7 +49,7 @@
 //   KA mla_decode_fused_stage_a  K1 and K2 as one cooperative kernel where heuristics.h prefers
 //                              it (q_a merged, or one token through the first stage alone on
 //                              large weights): blocks of 16 rows x a chunk of D (at most 2 per
-//                              SM, so the grid is resident), the warps splitting the chunk's
+//                              SM, so the grid is resident), the warps taking runs of the chunk's
 //                              K-blocks, hidden's A fragments read from L2, the warps' sums joined
 //                              in shared memory, a few chunk partials per row, one grid-wide
 //                              barrier, then block t runs the row epilogue of token t and block
@@ -709,7 +709,7 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
 
 // The fused stage A (K1 and K2 as one cooperative kernel, mla_decode_fused_stage_a): block (row
 // group x, chunk y) takes kFusedTiles weight tiles (16 rows) of [q_a_weight; kv_a_weight] over
-// one chunk of D, its warps splitting the chunk's K-blocks (so a row's partials are the few
+// one chunk of D, its warps taking runs of the chunk's K-blocks (so a row's partials are the few
 // chunks, not the warps); A fragments are read straight from hidden (no reuse inside a block to
 // stage for). The warps' sums meet in shared memory (warp order), each chunk's partial goes to
 // the workspace, one grid-wide barrier, then block t < T runs the row epilogue of token t and
@@ -770,15 +770,19 @@ __global__ void __launch_bounds__(kThreads, kFusedBlocksPerSm)
   }
   const int k_begin = blockIdx.y * p.chunk;
   const int k_end = min(k_begin + p.chunk, p.model_dim);
-  constexpr int kStride = kWarps * kKBlock;  // a warp's next K-block
+  // Warp w's run of the chunk's K-blocks (contiguous runs: 0.3 us faster than K-blocks dealt
+  // round-robin at V3 q_a + kv T=16, the same at T=1).
+  const int per_warp = ceil_div(ceil_div(k_end - k_begin, kKBlock), kWarps);
+  const int w_begin = k_begin + warp * per_warp * kKBlock;
+  const int w_end = min(k_end, w_begin + per_warp * kKBlock);
 
   float acc[kFusedTiles][4] = {};
-  for (int k0 = k_begin + warp * kKBlock; k0 < k_end; k0 += kFusedLoads * kStride) {
+  for (int k0 = w_begin; k0 < w_end; k0 += kFusedLoads * kKBlock) {
     uint4 w[kFusedLoads][kFusedTiles], x[kFusedLoads][2];
 #pragma unroll
     for (int j = 0; j < kFusedLoads; ++j) {
-      const int k = k0 + j * kStride + 8 * q;
-      const bool in = k < k_end;  // k_end and k are multiples of 8
+      const int k = k0 + j * kKBlock + 8 * q;
+      const bool in = k < w_end;  // w_end and k are multiples of 8
 #pragma unroll
       for (int i = 0; i < kFusedTiles; ++i) w[j][i] = load_or_zero(rows[i] + k, in && rows[i]);
 #pragma unroll
@@ -786,7 +790,7 @@ __global__ void __launch_bounds__(kThreads, kFusedBlocksPerSm)
     }
 #pragma unroll
     for (int j = 0; j < kFusedLoads; ++j) {
-      if (k0 + j * kStride >= k_end) break;  // warp-uniform
+      if (k0 + j * kKBlock >= w_end) break;  // warp-uniform
 #pragma unroll
       for (int i = 0; i < kFusedTiles; ++i) mma_block<T>(acc[i], x[j][0], x[j][1], w[j][i]);
     }

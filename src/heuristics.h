@@ -139,20 +139,23 @@ inline bool mla_decode_whole_rows(int partial_trips) {
 // cuda-mla-decode's stage A as one cooperative kernel (the weight stream, one grid-wide barrier,
 // then the norms, RoPE and cache rows: mla_decode_fused_stage_a) instead of K1 and K2, where its
 // plan fits and it is faster: with q_a merged (K2 is then the sliced one over 8 or more slices) at
-// up to kMlaDecodeMaxTokens, and at one token for the first stage alone on stage-A weights of at
-// least kMlaDecodeFusedMinWeightBytes. Elsewhere K1's one block per SM (stage B's blocks stream
-// kv_b beside it) or the whole-row K2 are faster. H200, 2026-12-04, same call, fused / K1 + K2,
-// us: V3 q_a + kv first stage T=1 12.52 / 13.87, T=2 12.71 / 13.96, T=4 12.85 / 14.11, T=8 13.80
-// / 14.31, T=16 15.13 / 15.90, both stages T=1 23.86 / 24.55; V3 kv first stage T=1 7.62 / 8.47,
-// T=2 7.62 / 7.36, T=4 7.68 / 7.45, both stages T=1 19.28 / 18.85; V2-Lite kv (2.4 MB) first
-// stage T=1 6.30 / 5.43.
+// up to kMlaDecodeMaxTokens, and for the first stage alone up to kMlaDecodeFusedFirstMaxTokens on
+// stage-A weights of at least kMlaDecodeFusedMinWeightBytes. Elsewhere K1 and the whole-row K2
+// (small weights), or K1's one block per SM with stage B's blocks streaming kv_b beside it, are
+// faster. H200, 2026-12-04, same calls, fused / K1 + K2, us: V3 q_a + kv first stage T=1 12.25 /
+// 13.85, T=4 12.87 / 14.09 (an earlier call: 0.3 us slower at T=1), T=16 14.31 / 15.88,
+// both stages T=1 24.00 / 24.47; V3 kv first stage T=1 7.17 / 8.46, T=2 7.16 / 7.31, T=4 7.25 /
+// 7.41, T=16 8.50 / 7.72, both stages T=1 19.28 / 18.85; V2-Lite kv (2.4 MB) first stage T=1
+// 6.30 / 5.43 (docs/data/h200_mla_fused_stage_a_2026-12-04.txt).
 constexpr int64_t kMlaDecodeFusedMinWeightBytes = int64_t{4} << 20;
+constexpr int64_t kMlaDecodeFusedFirstMaxTokens = 4;
 inline bool mla_decode_fused_stage_a_preferred(int64_t tokens, bool with_q_a,
                                                bool first_stage_only,
                                                int64_t stage_a_weight_bytes) {
   if (tokens > kMlaDecodeMaxTokens) return false;
   if (with_q_a) return true;
-  return first_stage_only && tokens == 1 && stage_a_weight_bytes >= kMlaDecodeFusedMinWeightBytes;
+  return first_stage_only && tokens <= kMlaDecodeFusedFirstMaxTokens &&
+         stage_a_weight_bytes >= kMlaDecodeFusedMinWeightBytes;
 }
 // The sliced K2 launches at least this many token rows of blocks; the rows past T only wait for
 // K1 and exit. Measured, not explained: with them the whole path at one token runs faster (V3 kv

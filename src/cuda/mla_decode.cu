@@ -47,8 +47,8 @@
 //                              32-bit store where the strides allow) and K's k_pe columns from
 //                              k_pe.
 //   KA mla_decode_fused_stage_a  K1 and K2 as one cooperative kernel where heuristics.h prefers
-//                              it (q_a merged, or one token through the first stage alone on
-//                              large weights): blocks of 16 rows x a chunk of D (at most 2 per
+//                              it (q_a merged, or up to 4 tokens through the first stage alone
+//                              on large weights): blocks of 16 rows x a chunk of D (at most 2 per
 //                              SM, so the grid is resident), the warps taking runs of the chunk's
 //                              K-blocks, hidden's A fragments read from L2, the warps' sums joined
 //                              in shared memory, a few chunk partials per row, one grid-wide
@@ -479,9 +479,9 @@ struct RowEpilogueInputs {
 };
 
 template <typename T, typename RopeT>
-__device__ __forceinline__ void row_epilogue_angles(const DecodeParams& p, int t,
+__device__ __forceinline__ void row_epilogue_angles(const DecodeParams& p, int t, int64_t position,
                                                     RowEpilogueInputs& f) {
-  const RopeAngles<RopeT> a = rope_angles<RopeT>(p.e, t);
+  const RopeAngles<RopeT> a = rope_angles_at<RopeT>(p.e, t, position);
   f.position_ok = a.ok;
   const int half = p.rope_dim / 2;
   if (threadIdx.x < half) {
@@ -490,19 +490,31 @@ __device__ __forceinline__ void row_epilogue_angles(const DecodeParams& p, int t
 }
 
 template <typename T>
-__device__ __forceinline__ RowEpilogueInputs row_epilogue_inputs(const DecodeParams& p, int t) {
-  RowEpilogueInputs f{};
+__device__ __forceinline__ void row_epilogue_gamma(const DecodeParams& p, RowEpilogueInputs& f) {
   const T* gamma = static_cast<const T*>(p.e.kv_norm);
 #pragma unroll
   for (int j = 0; j < kRowEpilogueRows; ++j) {
     const int n = threadIdx.x + j * kThreads;
     f.gamma[j] = n < p.kv_rank ? to_float(gamma[n]) : 0.f;
   }
+}
+
+// The angles of token t at `position` (rope_position: a load the caller may issue earlier).
+template <typename T>
+__device__ __forceinline__ void row_epilogue_rope(const DecodeParams& p, int t, int64_t position,
+                                                  RowEpilogueInputs& f) {
   if (p.e.rope_dtype == DType::kFloat32) {
-    row_epilogue_angles<T, float>(p, t, f);
+    row_epilogue_angles<T, float>(p, t, position, f);
   } else {
-    row_epilogue_angles<T, T>(p, t, f);
+    row_epilogue_angles<T, T>(p, t, position, f);
   }
+}
+
+template <typename T>
+__device__ __forceinline__ RowEpilogueInputs row_epilogue_inputs(const DecodeParams& p, int t) {
+  RowEpilogueInputs f{};
+  row_epilogue_gamma<T>(p, f);
+  row_epilogue_rope<T>(p, t, rope_position(p.e, t), f);
   return f;
 }
 
@@ -736,13 +748,15 @@ __global__ void __launch_bounds__(kThreads, kFusedBlocksPerSm)
   const bool row_block = block < p.tokens;
   const bool q_block = !row_block && p.q_rows > 0 && block < 2 * p.tokens;
 
-  // The epilogue's inputs that stage A does not write, read before the stream: gamma, the
-  // angles (position, then its table row) and the cache row (its slot).
+  // The epilogue's inputs that stage A does not write: gamma, the position and the cache slot
+  // issued before the stream, and what depends on a loaded value (the position's table row, the
+  // slot's cache row) after it, so that no block waits on them before its share of the stream.
   RowEpilogueInputs f{};
-  T* cache = nullptr;
+  int64_t position = 0, slot = 0;
   if (row_block) {
-    f = row_epilogue_inputs<T>(p, block);
-    cache = mla_cache_row<T>(p.e.cache, block, p.e.seq);
+    row_epilogue_gamma<T>(p, f);
+    position = rope_position(p.e, block);
+    slot = mla_cache_slot(p.e.cache, block, p.e.seq);
   }
   float q_gamma[kFusedQHeld];
   if (q_block) {
@@ -794,6 +808,12 @@ __global__ void __launch_bounds__(kThreads, kFusedBlocksPerSm)
 #pragma unroll
       for (int i = 0; i < kFusedTiles; ++i) mma_block<T>(acc[i], x[j][0], x[j][1], w[j][i]);
     }
+  }
+
+  T* cache = nullptr;
+  if (row_block) {
+    row_epilogue_rope<T>(p, block, position, f);
+    cache = mla_cache_row_at<T>(p.e.cache, slot);
   }
 
   // acc[i]: tokens g (values 0, 1) and g + 8 (2, 3) x rows 2q, 2q + 1 of tile i.

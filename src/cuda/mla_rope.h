@@ -14,17 +14,27 @@
 
 namespace latentkv::detail {
 
-// The cache row a token writes or reads: row t (dense) or slots[t]; null for padding (slot < 0),
-// for slots past the cache and without a cache.
+// The cache slot of token t: t (dense) or slots[t]; 0 without a cache. Apart from the row below so
+// that a kernel can issue the load early and find the row when it needs it.
+__device__ __forceinline__ int64_t mla_cache_slot(const MlaCacheRef& cache, int t, int seq) {
+  if (cache.rows == nullptr) return 0;
+  return cache.slots == nullptr
+             ? t
+             : cache.slots[token_offset(t, seq, cache.slots_stride_batch, cache.slots_stride_seq)];
+}
+
+// The cache row at `slot`; null for padding (slot < 0), for slots past the cache and without a
+// cache.
+template <typename T>
+__device__ __forceinline__ T* mla_cache_row_at(const MlaCacheRef& cache, int64_t slot) {
+  if (cache.rows == nullptr || slot < 0 || slot >= cache.num_slots) return nullptr;
+  return static_cast<T*>(cache.rows) + slot * cache.stride;
+}
+
+// The cache row a token writes or reads (the two above).
 template <typename T>
 __device__ __forceinline__ T* mla_cache_row(const MlaCacheRef& cache, int t, int seq) {
-  if (cache.rows == nullptr) return nullptr;
-  const int64_t slot =
-      cache.slots == nullptr
-          ? t
-          : cache.slots[token_offset(t, seq, cache.slots_stride_batch, cache.slots_stride_seq)];
-  if (slot < 0 || slot >= cache.num_slots) return nullptr;
-  return static_cast<T*>(cache.rows) + slot * cache.stride;
+  return mla_cache_row_at<T>(cache, mla_cache_slot(cache, t, seq));
 }
 
 // Token t's K row [H, dn + dr] from its column dn on (k_pe's columns), or null.
@@ -59,13 +69,19 @@ struct RopeAngles {
   bool ok;
 };
 
-// p: MlaEpilogueParams (its RoPE fields).
+// Token t's position (vLLM's form; 0 in transformers'), loaded apart from its table row (below)
+// so that a kernel can issue the load early.
+__device__ __forceinline__ int64_t rope_position(const MlaEpilogueParams& p, int t) {
+  if (p.positions == nullptr) return 0;
+  return p.positions[token_offset(t, p.seq, p.positions_stride_batch, p.positions_stride_seq)];
+}
+
+// p: MlaEpilogueParams (its RoPE fields); pos: rope_position(p, t).
 template <typename RopeT>
-__device__ __forceinline__ RopeAngles<RopeT> rope_angles(const MlaEpilogueParams& p, int t) {
+__device__ __forceinline__ RopeAngles<RopeT> rope_angles_at(const MlaEpilogueParams& p, int t,
+                                                            int64_t pos) {
   RopeAngles<RopeT> a{nullptr, nullptr, nullptr, true};
   if (p.positions != nullptr) {
-    const int64_t pos =
-        p.positions[token_offset(t, p.seq, p.positions_stride_batch, p.positions_stride_seq)];
     a.ok = pos >= 0 && pos < p.max_position;
     if (a.ok) a.table = static_cast<const RopeT*>(p.cos_sin_cache) + pos * p.cos_sin_cache_stride;
     return a;
@@ -74,6 +90,11 @@ __device__ __forceinline__ RopeAngles<RopeT> rope_angles(const MlaEpilogueParams
   a.cos = static_cast<const RopeT*>(p.cos) + offset;
   a.sin = static_cast<const RopeT*>(p.sin) + offset;
   return a;
+}
+
+template <typename RopeT>
+__device__ __forceinline__ RopeAngles<RopeT> rope_angles(const MlaEpilogueParams& p, int t) {
+  return rope_angles_at<RopeT>(p, t, rope_position(p, t));
 }
 
 // The cos/sin that pair r (index i of dr/2) rotates by: loaded apart from the rotation so a kernel

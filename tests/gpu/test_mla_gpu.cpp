@@ -739,11 +739,13 @@ std::vector<MlaCase> decode_cases() {
       {"dec-ring-tiles", 1, 3, 64, 0, 264, 64, 160, 120, 132},
       {"dec-ring-16", 2, 8, 64, 0, 512, 64, 136, 128, 128},
       // The fused stage A (one cooperative kernel): its widest q_a (kFusedQHeld x 256 rows) over
-      // six tokens, one row past it (K1 and the sliced K2 with q_a), and one token of the first
-      // stage alone on 4.7 MB of weights (heuristics.h: fused there, not with stage B behind).
+      // six tokens, one row past it (K1 and the sliced K2 with q_a), and one and four tokens of
+      // the first stage alone on 4.7 MB of weights (heuristics.h: fused there, not with stage B
+      // behind).
       {"dec-fused-q2048", 2, 3, 256, 2048, 64, 16, 2, 16, 16},
       {"dec-q2056", 1, 2, 256, 2056, 64, 16, 1, 16, 16},
       {"dec-fused-first", 1, 1, 4096, 0, 512, 64, 1, 8, 8},
+      {"dec-fused-first-T4", 2, 2, 4096, 0, 512, 64, 1, 8, 8},
   };
   for (const MlaEdge& e : edges) {
     const MlaProblem p = mla_edge_problem(e);

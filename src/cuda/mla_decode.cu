@@ -1385,8 +1385,10 @@ Status launch_stage_b(const DecodeParams& k, int64_t tiles, int windows, int64_t
   return Status::Ok();
 }
 
+// allow_fused: false after the fused stage A's cooperative launch was refused as too large (fewer
+// SMs usable than the device has, e.g. under MPS): the call runs K1 and K2 instead.
 template <typename T, typename RopeT, int kMA, int kMB>
-Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
+Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_fused = true) {
   const DeviceFacts* facts = nullptr;
   LATENTKV_RETURN_IF_ERROR(prepared_device<DecodeKernels>(&facts));
   DecodeParams k{};
@@ -1416,7 +1418,8 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
   const FusedPlan fused_cut = fused_plan(p, k.q_rows, k.a_rows, facts->sm_count);
   int device = 0;
   LATENTKV_RETURN_IF_ERROR(current_tracked_device(&device));
-  const bool fused = runs_first(p) && fused_cut.usable && fused_stage_a_fits()[device] &&
+  const bool fused = allow_fused && runs_first(p) && fused_cut.usable &&
+                     fused_stage_a_fits()[device] &&
                      mla_decode_fused_stage_a_preferred(
                          p.tokens(), k.q_rows > 0, !runs_second(p),
                          int64_t{k.a_rows} * p.model_dim * eb);
@@ -1516,9 +1519,13 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream) {
     fused_config.stream = stream;
     fused_config.attrs = &cooperative;
     fused_config.numAttrs = 1;
+    const cudaError_t launched = cudaLaunchKernelEx(&fused_config, mla_decode_fused_stage_a<T>, k);
+    if (launched == cudaErrorCooperativeLaunchTooLarge) {
+      (void)cudaGetLastError();  // nothing was launched: clear it and run K1 and K2
+      return launch<T, RopeT, kMA, kMB>(p, a, stream, false);
+    }
     LATENTKV_RETURN_IF_ERROR(
-        cuda_status(cudaLaunchKernelEx(&fused_config, mla_decode_fused_stage_a<T>, k),
-                    "cudaLaunchKernelEx(mla_decode_fused_stage_a, cooperative)"));
+        cuda_status(launched, "cudaLaunchKernelEx(mla_decode_fused_stage_a, cooperative)"));
   } else if (runs_first(p)) {
     // K1 is a plain launch, never a programmatic one: it zeroes the arrivals and overwrites the
     // partials at once, so whatever ran before it in the stream (the previous call's K2) is done.

@@ -518,6 +518,33 @@ __device__ __forceinline__ RowEpilogueInputs row_epilogue_inputs(const DecodePar
   return f;
 }
 
+// Token t's rows [first, first + width) summed over the chunk partials: x[j] holds row first +
+// threadIdx.x + j * kThreads (zero past width), kBatch chunks' loads in flight at a time, the sum
+// in chunk order.
+template <int kRows, int kBatch>
+__device__ __forceinline__ void sum_chunk_partials(const DecodeParams& p, int t, int first,
+                                                   int width, float (&x)[kRows]) {
+  const int64_t plane = static_cast<int64_t>(p.tokens) * p.rows_ld;
+  const float* src = p.partials + static_cast<int64_t>(t) * p.rows_ld + first;
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) x[j] = 0.f;
+  for (int c0 = 0; c0 < p.chunks; c0 += kBatch) {
+    float part[kRows][kBatch];
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+      const int n = threadIdx.x + j * kThreads;
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        part[j][b] = n < width && c0 + b < p.chunks ? __ldcg(src + (c0 + b) * plane + n) : 0.f;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kRows; ++j)
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) x[j] += part[j][b];
+  }
+}
+
 // Token t's c into c [R] and k_pe into pe [dr] (shared or global memory, rounded to T), and both
 // into the cache row (null: none), from the chunk partials of its [c | k_pe] rows (after q_a's
 // q_rows, which only the fused stage A has here); x_pe [2 dr] and red [kWarps] are shared scratch.
@@ -526,24 +553,8 @@ __device__ __forceinline__ void row_epilogue(const DecodeParams& p, const RowEpi
                                              int t, T* c, T* pe, T* cache, float* x_pe,
                                              float* red) {
   const int width = p.kv_rank + p.rope_dim;
-  const int64_t plane = static_cast<int64_t>(p.tokens) * p.rows_ld;
-  const float* src = p.partials + static_cast<int64_t>(t) * p.rows_ld + p.q_rows;
-  float x[kRowEpilogueRows] = {};
-  for (int c0 = 0; c0 < p.chunks; c0 += kBatch) {
-    float part[kRowEpilogueRows][kBatch];
-#pragma unroll
-    for (int j = 0; j < kRowEpilogueRows; ++j) {
-      const int n = threadIdx.x + j * kThreads;
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        part[j][b] = n < width && c0 + b < p.chunks ? __ldcg(src + (c0 + b) * plane + n) : 0.f;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kRowEpilogueRows; ++j)
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) x[j] += part[j][b];
-  }
+  float x[kRowEpilogueRows];
+  sum_chunk_partials<kRowEpilogueRows, kBatch>(p, t, p.q_rows, width, x);
   float ss = 0.f;
 #pragma unroll
   for (int j = 0; j < kRowEpilogueRows; ++j) {
@@ -847,24 +858,8 @@ __global__ void __launch_bounds__(kThreads, kFusedBlocksPerSm)
     row_epilogue<T, kFusedBatch>(p, f, t, latent, pe_row, cache, pe, red);
   } else if (q_block) {
     const int t = block - p.tokens;
-    const int64_t plane = static_cast<int64_t>(p.tokens) * p.rows_ld;
-    const float* src = p.partials + static_cast<int64_t>(t) * p.rows_ld;
-    float x[kFusedQHeld] = {};
-    for (int c0 = 0; c0 < p.chunks; c0 += kFusedBatch) {
-      float part[kFusedQHeld][kFusedBatch];
-#pragma unroll
-      for (int j = 0; j < kFusedQHeld; ++j) {
-        const int n = threadIdx.x + j * kThreads;
-#pragma unroll
-        for (int b = 0; b < kFusedBatch; ++b) {
-          part[j][b] = n < p.q_rows && c0 + b < p.chunks ? __ldcg(src + (c0 + b) * plane + n) : 0.f;
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kFusedQHeld; ++j)
-#pragma unroll
-        for (int b = 0; b < kFusedBatch; ++b) x[j] += part[j][b];
-    }
+    float x[kFusedQHeld];
+    sum_chunk_partials<kFusedQHeld, kFusedBatch>(p, t, 0, p.q_rows, x);
     float ss = 0.f;
 #pragma unroll
     for (int j = 0; j < kFusedQHeld; ++j) ss += x[j] * x[j];  // zeros past q_rows

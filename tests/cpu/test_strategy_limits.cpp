@@ -193,7 +193,8 @@ TEST(MlaDecodeDispatch, SixteenTokensOrMoreInWindowsOnSmallWeights) {
 // not 1280; one column block of 16 up tiles at 92 token tiles, two of 8 where 48 x 2 blocks fit
 // the SMs); cuda-mla-decode's fold where stage B's blocks read at most 4 MB of partials (V2-Lite at
 // T = 1: 64 blocks x 8 chunks x 576 rows x 4 B; not V3: 512 x 15), and the whole-row K2 at no
-// more than two round trips of partial loads (V2-Lite's 8 chunks at 4 a trip; not V3's 15).
+// more than two round trips of partial loads (V2-Lite's 8 chunks at 4 a trip; not V3's 15), and
+// its fused stage A where it measured faster.
 TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_FALSE(detail::fused_use_one_token(0));
   EXPECT_TRUE(detail::fused_use_one_token(1));
@@ -227,6 +228,19 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 9 * 1024, 0), 1);
   EXPECT_TRUE(detail::mla_decode_whole_rows((8 + 3) / 4));
   EXPECT_FALSE(detail::mla_decode_whole_rows((15 + 3) / 4));
+  // cuda-mla-decode's fused stage A: with q_a to 16 tokens, both stages or the first alone; the
+  // first stage alone without q_a to 4 tokens on V3's 8.3 MB, not V2-Lite's 2.4 MB; never the
+  // whole path without q_a.
+  const int64_t v3_q_kv = int64_t{2112} * 7168 * 2, v3_kv = int64_t{576} * 7168 * 2;
+  const int64_t v2_lite_kv = int64_t{576} * 2048 * 2;
+  EXPECT_TRUE(detail::mla_decode_fused_stage_a_preferred(1, true, false, v3_q_kv));
+  EXPECT_TRUE(detail::mla_decode_fused_stage_a_preferred(16, true, true, v3_q_kv));
+  EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(17, true, true, v3_q_kv));
+  EXPECT_TRUE(detail::mla_decode_fused_stage_a_preferred(1, false, true, v3_kv));
+  EXPECT_TRUE(detail::mla_decode_fused_stage_a_preferred(4, false, true, v3_kv));
+  EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(5, false, true, v3_kv));
+  EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(1, false, false, v3_kv));
+  EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(1, false, true, v2_lite_kv));
 }
 
 TEST(StrategyTable, OneRowPerStrategyAndDtypeFamily) {

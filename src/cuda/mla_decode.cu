@@ -63,7 +63,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -745,6 +744,13 @@ constexpr int kFusedBlocksPerSm = 2;  // the grid is co-resident at this many bl
 constexpr int kFusedBatch = 8;   // chunk partials per row in flight in the epilogue: one trip
 constexpr int kFusedQHeld = 8;   // q_a values per thread: q_rows <= kFusedQHeld * kThreads
 static_assert(kFusedTiles * kMTile * kTileRows == kThreads, "the warp reduction: a value a thread");
+// Its static shared memory (the warps' sums, the epilogue's scratch): with the launch bounds'
+// register cap, kFusedBlocksPerSm blocks fit every sm_80+ SM (164 KB or more), so the plan's grid
+// is co-resident on a whole device without an occupancy query.
+constexpr size_t kFusedStaticSmem =
+    sizeof(float) * (kWarps * kFusedTiles * kMTile * kTileRows + kWarps + 2 * kMaxRopeDim);
+static_assert(kFusedBlocksPerSm * kFusedStaticSmem <= 100 * 1024,
+              "the fused stage A's blocks per SM fit every sm_80+ SM's shared memory");
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kFusedBlocksPerSm)
@@ -1316,32 +1322,12 @@ cudaError_t allow_wide_epilogue_clusters(int major) {
                               cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
 }
 
-// Whether the fused stage A's grid (kFusedBlocksPerSm per SM) is co-resident on each tracked
-// device: both dtypes' kernels fit that many blocks per SM (found once, by the setup below).
-std::array<bool, kMaxTrackedDevices>& fused_stage_a_fits() {
-  static std::array<bool, kMaxTrackedDevices> fits{};
-  return fits;
-}
-
-template <typename T>
-cudaError_t fused_blocks_per_sm(int* blocks) {
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, mla_decode_fused_stage_a<T>,
-                                                       kThreads, 0);
-}
-
 // The per-device setup (prepared_device): K3's two- and four-tile variants opted in to their
 // largest plan or the device's limit (takes() refuses a plan past that limit), K2 to clusters of
-// kMaxClusterSlices, the fused stage A's residency.
+// kMaxClusterSlices.
 struct DecodeKernels {
   static Status setup(const DeviceFacts& f) {
-    int device = 0, bf16_blocks = 0, fp16_blocks = 0;
-    LATENTKV_RETURN_IF_ERROR(current_tracked_device(&device));
-    cudaError_t err = fused_blocks_per_sm<__nv_bfloat16>(&bf16_blocks);
-    if (err == cudaSuccess) err = fused_blocks_per_sm<__half>(&fp16_blocks);
-    if (err != cudaSuccess) return cuda_status(err, "cuda-mla-decode: fused stage A occupancy");
-    fused_stage_a_fits()[device] = f.cooperative_launch &&
-                                   std::min(bf16_blocks, fp16_blocks) >= kFusedBlocksPerSm;
-    err = opt_in_stage_b<__nv_bfloat16, 2>(f.smem_optin);
+    cudaError_t err = opt_in_stage_b<__nv_bfloat16, 2>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__nv_bfloat16, 4>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__half, 2>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__half, 4>(f.smem_optin);
@@ -1411,10 +1397,8 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
   const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.window_a,
                                        windows_a, overlap ? kStageABlocksBeforeB : kBlocksPerSm);
   const FusedPlan fused_cut = fused_plan(p, k.q_rows, k.a_rows, facts->sm_count);
-  int device = 0;
-  LATENTKV_RETURN_IF_ERROR(current_tracked_device(&device));
   const bool fused = allow_fused && runs_first(p) && fused_cut.usable &&
-                     fused_stage_a_fits()[device] &&
+                     facts->cooperative_launch &&
                      mla_decode_fused_stage_a_preferred(
                          p.tokens(), k.q_rows > 0, !runs_second(p),
                          int64_t{k.a_rows} * p.model_dim * eb);

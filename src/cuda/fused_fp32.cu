@@ -4,7 +4,10 @@
 // near 1e-7), except in the tensor-core and token-tile configurations (3xTF32, near 1e-6).
 //
 // At one or two tokens of small widths the one-token configuration takes the call
-// (fused_fp32_one_token.cu: every load at kernel start, one round trip and three barriers).
+// (fused_fp32_one_token.cu: every load at kernel start, one round trip and three barriers); from
+// three tokens, where heuristics.h's fused_register_tile_cols says so, the register-tile one
+// (fused_fp32_register_tiles.cu: D <= 256, R <= 64, 16-byte rows; 4-token blocks with every load
+// at kernel start, register tiles and shuffle reductions, one barrier).
 // Once the streaming configuration's grid passes 2 blocks per SM (heuristics.h), the tensor-core
 // configuration while its 8-token tiles fit the SMs once (fused_fp32_tensor_core.cu: D <= 256,
 // R <= 64, 16-byte rows; the operands staged in shared memory), else the token-tile configuration
@@ -37,6 +40,7 @@
 #include "cuda/device_facts.h"
 #include "cuda/fused_fp32_cluster.h"
 #include "cuda/fused_fp32_one_token.h"
+#include "cuda/fused_fp32_register_tiles.h"
 #include "cuda/fused_fp32_tensor_core.h"
 #include "cuda/fused_fp32_token_tiles.h"
 #include "cuda/kernel_args.h"
@@ -559,6 +563,7 @@ Status run_cuda_fused(const Problem& p, const Args& a, Stream stream) {
   const DeviceFacts* f = nullptr;
   if (Status s = prepared_device<FusedKernels>(&f); !s.ok()) return s;
   if (fused_one_token_takes(p, a)) return run_fused_one_token(p, a, stream);
+  if (fused_register_tiles_takes(p, a, *f)) return run_fused_register_tiles(p, a, *f, stream);
   if (use_cluster(p, *f)) {
     if (fused_tensor_core_takes(p, a, *f)) return run_fused_tensor_core(p, a, *f, stream);
     if (fused_token_tiles_takes(p, a, *f)) return run_fused_token_tiles(p, a, *f, stream);

@@ -18,6 +18,7 @@
 #include "cuda/fused_fp32_one_token.h"
 #include "cuda/kernel_args.h"
 #include "cuda/tile_sizes.h"
+#include "cuda/warp_reduce.h"
 #include "heuristics.h"
 
 namespace latentkv::detail {
@@ -33,19 +34,6 @@ constexpr int kMaxTokens = tiles::kFusedOneTokenMaxTokens;  // instantiated for 
 static_assert(kPadded == 64, "reduce_scatter's five levels");
 static_assert(kMaxTokens == 2, "run_fused_one_token switches over 1 and 2 tokens");
 static_assert(kMaxTokens * kBlockCols <= kThreads, "one thread per output of the block");
-
-// One level of the reduce-scatter: lanes that differ in kBit swap halves of v[0 .. 2 kHalf), each
-// keeping the half its bit selects plus its partner's copy of it, in v[0 .. kHalf).
-template <int kHalf, int kBit>
-__device__ __forceinline__ void reduce_scatter_level(float (&v)[kPadded], int lane) {
-  const bool upper = lane & kBit;
-#pragma unroll
-  for (int i = 0; i < kHalf; ++i) {
-    const float send = upper ? v[i] : v[i + kHalf];
-    const float keep = upper ? v[i + kHalf] : v[i];
-    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kBit);
-  }
-}
 
 // v[0 .. 64) summed over the warp's lanes: lane l ends with the sums of values 2l and 2l + 1 in
 // v[0] and v[1] (62 shuffles, five levels).

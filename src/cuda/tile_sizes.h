@@ -33,6 +33,14 @@ constexpr int kFusedOneTokenMaxTokens = 2;
 constexpr int kFusedOneTokenMaxModelDim = 256;
 constexpr int kFusedOneTokenMaxRank = 64;
 constexpr int kFusedOneTokenBlockCols = 32;
+// Register-tile configuration (fused_fp32_register_tiles.cu, from 3 tokens while its grid fits
+// the SMs once): 4 tokens per block of 8 warps; in the down, lane l of every warp takes rows
+// 32 i + l of D (D <= 256) and warp w 8 latent columns (R <= 64); in the up, 256 or 32 of the 2N
+// [K | V] columns per block (heuristics.h).
+constexpr int kFusedRegisterTileTokens = 4;
+constexpr int kFusedRegisterTileThreads = 256;
+constexpr int kFusedRegisterTileMaxModelDim = 256;
+constexpr int kFusedRegisterTileMaxRank = 64;
 // Tensor-core configuration (fused_fp32_tensor_core.cu, sm_80, 3xTF32 mma.sync m16n8k8): tokens
 // are the MMA's N (8 per tile); the block stages w_down, its [w_up_k | w_up_v] columns and the
 // token tile in shared memory; each of 16 warps takes w_down rows [16 w, 16 w + 16) and one

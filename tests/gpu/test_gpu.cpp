@@ -946,6 +946,33 @@ TEST(GpuFusedOneToken, Edges) {
   }
 }
 
+// ---- cuda-fused's register-tile configuration (from 3 tokens while its grid fits the SMs once;
+// D <= 256, R <= 64, 16-byte rows) ----
+// Small enough for compute-sanitizer. 32 columns a block (few tokens): the founding widths at
+// T = 3 (one partial tile), 4, 5 and over two sequences that meet inside a tile; D = 4 (one lane's
+// piece) and 252; R = 4, 44 (a warp's 8 columns partly past R) and 52; 2N = 16, 40 (K | V
+// meeting inside a block), 264 (a partial ninth block) and 512; head widths of 3 and 12 (element
+// stores). 256 columns a block: the founding case, 4 x SMs (one tile per SM), 2N = 512 and 264
+// past a block, a head width of 9 (element stores). Then D = 255 and
+// R = 68, which fall back to the streaming configuration. Each under the layouts above (padded
+// and misaligned inputs: the fallback again).
+TEST(GpuFusedRegisterTiles, Edges) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t sms = device_sm_count();
+  ASSERT_GT(sms, 0);
+  for (const Problem& p :
+       {shape(1, 3, 256, 48, 4, 32), shape(1, 4, 256, 48, 4, 32), shape(1, 5, 256, 48, 4, 32),
+        shape(2, 3, 256, 48, 4, 32), shape(1, 9, 4, 4, 2, 4), shape(1, 7, 252, 44, 1, 20),
+        shape(2, 5, 64, 52, 3, 12), shape(1, 6, 128, 64, 4, 64), shape(1, 11, 40, 48, 11, 12),
+        shape(1, 3, 36, 8, 2, 128), shape(1, 13, 64, 16, 4, 3), shape(4, 96, 256, 48, 4, 32),
+        shape(1, 4 * sms, 256, 48, 4, 32), shape(1, sms / 4, 128, 64, 4, 64),
+        shape(1, sms / 4 + 1, 40, 44, 11, 12), shape(1, 3 * sms, 64, 16, 4, 9),
+        shape(1, 13, 255, 48, 4, 32), shape(1, 13, 64, 68, 4, 32)}) {
+    expect_fused_layouts(p);
+    if (HasFatalFailure()) return;
+  }
+}
+
 class GpuLowPrecision : public ::testing::TestWithParam<DType> {};
 
 // bf16/fp16 within 2x the error of the unfused same-precision baseline, on every layout and

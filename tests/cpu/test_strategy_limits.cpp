@@ -241,6 +241,28 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(5, false, true, v3_kv));
   EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(1, false, false, v3_kv));
   EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(1, false, true, v2_lite_kv));
+  // cuda-fused's register-tile configuration at the founding widths (2N = 256) on 132 SMs, at the
+  // points measured on 2026-12-04: 32 columns a block for T in 3..16, 256 for 17..132 and
+  // 265..528, the one-token configuration below and the streaming configuration between.
+  const auto cols = [](int64_t t, int64_t two_n) {
+    return detail::fused_register_tile_cols(t, (t + 3) / 4, two_n, 132);
+  };
+  EXPECT_EQ(cols(2, 256), 0);
+  EXPECT_EQ(cols(3, 256), 32);
+  EXPECT_EQ(cols(16, 256), 32);
+  EXPECT_EQ(cols(17, 256), 256);
+  EXPECT_EQ(cols(64, 256), 256);
+  EXPECT_EQ(cols(132, 256), 256);
+  EXPECT_EQ(cols(133, 256), 0);
+  EXPECT_EQ(cols(264, 256), 0);
+  EXPECT_EQ(cols(265, 256), 256);
+  EXPECT_EQ(cols(384, 256), 256);
+  EXPECT_EQ(cols(528, 256), 256);
+  EXPECT_EQ(cols(529, 256), 0);
+  // Wider [K | V] rows count their column blocks: 2N = 512 halves each range.
+  EXPECT_EQ(cols(8, 512), 32);
+  EXPECT_EQ(cols(9, 512), 256);
+  EXPECT_EQ(cols(265, 512), 0);
 }
 
 TEST(StrategyTable, OneRowPerStrategyAndDtypeFamily) {

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Issue 17, for the next device session: where do cuda-fused's few-token calls spend their time?
+# ncu (clocks not locked, ncu's cache control on: every load cold) of the shipped tree's kernels at
+# the founding widths (T=1: one-token, T=3 and T=16: register tiles with 32 columns a block, the
+# founding case: register tiles with 256) and of dev/fused_register_tiles_cluster.patch's cluster
+# kernel at T=1 and T=3 (~1 us slower than the one-token kernel at T=1 on 2026-12-04 although each
+# block reads 12.5 KB instead of 54 KB). Per kernel: duration, cycles, issued IPC, warp stall
+# reasons, L1 wavefronts, DRAM and L2 throughput. Results in $OUT; a short summary on stdout.
+#   bash dev/founding_profile.sh   (run tool, no carry needed)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+gen=""; command -v ninja >/dev/null && gen="-G Ninja"
+rm -rf /tmp/cluster && mkdir -p /tmp/cluster
+git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C /tmp/cluster
+patch -d /tmp/cluster -p1 -s < dev/fused_register_tiles_cluster.patch || exit 1
+for tree in . /tmp/cluster; do
+  (cmake -S $tree -B $tree/build-prof $gen -DCMAKE_BUILD_TYPE=Release \
+     -DCMAKE_CUDA_ARCHITECTURES=90a -DLATENTKV_BUILD_TESTS=OFF > "$OUT/build_$(basename $tree).log" 2>&1 &&
+   cmake --build $tree/build-prof -j 8 --target latentkv-bench >> "$OUT/build_$(basename $tree).log" 2>&1) &
+done
+wait
+profile() {  # name, bench binary, bench arguments
+  ncu --clock-control none -k regex:kv_proj -c 2 \
+    --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section SchedulerStats \
+    "$2" $3 --strategy cuda-fused --iters 2 --warmup 0 --seconds 0.01 > "$OUT/ncu_$1.txt" 2>&1
+  echo "== $1 ($3)"
+  grep -E "^  kv_proj|Duration|Elapsed Cycles|Issued Ipc Active|Registers Per|Grid Size|Cluster Size|Stall|L2 Hit Rate |DRAM Throughput" \
+    "$OUT/ncu_$1.txt" | head -24
+}
+S=build-prof/bench/latentkv-bench; C=/tmp/cluster/build-prof/bench/latentkv-bench
+profile one_token_t1 $S "--tokens 1"
+profile reg32_t3 $S "--tokens 3"
+profile reg32_t16 $S "--tokens 16"
+profile reg256_founding $S "--preset seed"
+profile cluster_t1 $C "--tokens 1"
+profile cluster_t3 $C "--tokens 3"
+for b in $S $C; do $b --tokens 1,3 --quiet 2>&1 | tail -3; done

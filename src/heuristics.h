@@ -210,20 +210,20 @@ inline bool fused_use_one_token(int64_t tokens) {
 }
 // cuda-fused's register-tile configuration (its kernel takes D <= 256, R <= 64): its columns per
 // block (0: not taken). 32 while its grid fills at most a quarter of the SMs (few tokens spread
-// over more SMs), else 256 while the token tiles fill at most a quarter of the SMs or, past half
-// of them, once. Between a half and a quarter the streaming configuration's grid is near one block
-// per SM, where it copies its weights in at kernel start, and was faster. Founding widths, H200,
-// same call (2026-12-04), register tiles (32 / 256 columns) against the streaming configuration,
-// us: T=3 4.18 / 4.66 against 4.72, T=7 4.24 / 4.68 against 4.77, T=16 4.48 / 4.73 against 4.88,
-// T=33 4.88 / 4.78 against 4.92, T=64 5.80 / 4.84 against 4.96, T=128 - / 5.01 against 5.01,
-// T=256 - / 5.44 against 5.22, T=384 (the founding case) - / 5.88 against 6.10, T=528 - / 6.27
-// against 6.46.
+// over more SMs), else 256 while the token tiles fill at most an eighth of the SMs or, past half
+// of them, once. In between the streaming configuration runs: its grid is near one block per SM
+// there, where it copies its weights in at kernel start, and it was as fast or faster. Founding
+// widths, H200, same call (2026-12-04), register tiles (32 / 256 columns) against the streaming
+// configuration, us: T=3 4.18 / 4.66 against 4.72, T=7 4.24 / 4.68 against 4.77, T=16 4.48 /
+// 4.73 against 4.88, T=33 4.88 / 4.78 against 4.92, T=64 5.80 / 4.84 against 4.96, T=128 - /
+// 5.01 against 5.01, T=132 - / 5.07 against 5.02, T=256 - / 5.44 against 5.22, T=265 - / 5.42
+// against 5.93, T=384 (the founding case) - / 5.88 against 6.10, T=528 - / 6.27 against 6.46.
 inline int fused_register_tile_cols(int64_t tokens, int64_t token_tiles, int64_t two_n,
                                     int sm_count) {
   if (tokens <= tiles::kFusedOneTokenMaxTokens) return 0;
   if (4 * token_tiles * ((two_n + 31) / 32) <= sm_count) return 32;
   const int64_t grid = token_tiles * ((two_n + 255) / 256);
-  return 4 * grid <= sm_count || (2 * grid > sm_count && grid <= sm_count) ? 256 : 0;
+  return 8 * grid <= sm_count || (2 * grid > sm_count && grid <= sm_count) ? 256 : 0;
 }
 // cuda-fused's tensor-core configuration (3xTF32; its kernel takes D <= 256, R <= 64), asked
 // where the cluster configuration would run (the streaming grid past two blocks per SM): while its

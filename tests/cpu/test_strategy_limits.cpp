@@ -242,7 +242,7 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(1, false, false, v3_kv));
   EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(1, false, true, v2_lite_kv));
   // cuda-fused's register-tile configuration at the founding widths (2N = 256) on 132 SMs, at the
-  // points measured on 2026-12-04: 32 columns a block for T in 3..16, 256 for 17..132 and
+  // points measured on 2026-12-04: 32 columns a block for T in 3..16, 256 for 17..64 and
   // 265..528, the one-token configuration below and the streaming configuration between.
   const auto cols = [](int64_t t, int64_t two_n) {
     return detail::fused_register_tile_cols(t, (t + 3) / 4, two_n, 132);
@@ -252,8 +252,8 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_EQ(cols(16, 256), 32);
   EXPECT_EQ(cols(17, 256), 256);
   EXPECT_EQ(cols(64, 256), 256);
-  EXPECT_EQ(cols(132, 256), 256);
-  EXPECT_EQ(cols(133, 256), 0);
+  EXPECT_EQ(cols(65, 256), 0);
+  EXPECT_EQ(cols(132, 256), 0);
   EXPECT_EQ(cols(264, 256), 0);
   EXPECT_EQ(cols(265, 256), 256);
   EXPECT_EQ(cols(384, 256), 256);

@@ -965,8 +965,8 @@ TEST(GpuFusedRegisterTiles, Edges) {
         shape(2, 3, 256, 48, 4, 32), shape(1, 9, 4, 4, 2, 4), shape(1, 7, 252, 44, 1, 20),
         shape(2, 5, 64, 52, 3, 12), shape(1, 6, 128, 64, 4, 64), shape(1, 11, 40, 48, 11, 12),
         shape(1, 3, 36, 8, 2, 128), shape(1, 13, 64, 16, 4, 3), shape(4, 96, 256, 48, 4, 32),
-        shape(1, 4 * sms, 256, 48, 4, 32), shape(1, sms / 4, 128, 64, 4, 64),
-        shape(1, sms / 4 + 1, 40, 44, 11, 12), shape(1, 3 * sms, 64, 16, 4, 9),
+        shape(1, 4 * sms, 256, 48, 4, 32), shape(1, sms / 8, 128, 64, 4, 64),
+        shape(1, sms / 8 + 1, 40, 44, 11, 12), shape(1, 3 * sms, 64, 16, 4, 9),
         shape(1, 13, 255, 48, 4, 32), shape(1, 13, 64, 68, 4, 32)}) {
     expect_fused_layouts(p);
     if (HasFatalFailure()) return;

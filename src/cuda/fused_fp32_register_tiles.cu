@@ -1,5 +1,6 @@
 // cuda-fused's register-tile configuration (heuristics.h: fused_register_tile_cols; D <= 256,
-// R <= 64, 16-byte rows of w_down and w_up): from 3 tokens while its grid fits the SMs once. The
+// R <= 64, 16-byte rows of hidden, w_down and w_up): from 3 tokens while its grid fits the SMs
+// once. The
 // streaming configuration's chain at these sizes is ~1,400 instructions per warp at ~8 cycles each
 // (split-K partials through shared memory, barriers); here each block of 4 tokens runs:
 // - every load at kernel start: the hidden tile and w_down copied into shared memory by cp.async in
@@ -9,9 +10,9 @@
 //   [8 w, 8 w + 8) (4 tokens x 8 columns of partial sums), summed over the warp's lanes by a
 //   reduce-scatter of shuffles, one latent value written per lane; one barrier;
 // - up, over the block's kBlockCols [K | V] columns: 256 (each quad of lanes one 4-column group,
-//   each lane 4 tokens over a quarter of R) where the token tiles alone fill the SMs, else 32 (each
-//   warp one 4-column group, each lane one token over an eighth of R), so that few tokens still
-//   spread over several SMs; the row slices summed by shuffles.
+//   each lane 4 tokens over a quarter of R), or 32 at few tokens (each warp one 4-column group,
+//   each lane one token over an eighth of R) so that a 4-token tile spreads over 8 SMs, each
+//   block then fetching 1/8 of w_up; the row slices summed by shuffles.
 // Float32 FFMA, float32 sums in a fixed order (deterministic). Blocks of the first column block
 // write the latent output when asked.
 #include <cuda_runtime.h>

@@ -1,8 +1,8 @@
 // cuda-fused's register-tile configuration (heuristics.h: fused_register_tile_cols; D <= 256,
 // R <= 64, 16-byte rows of hidden, w_down and w_up): from 3 tokens while its grid fits the SMs
-// once. The
-// streaming configuration's chain at these sizes is ~1,400 instructions per warp at ~8 cycles each
-// (split-K partials through shared memory, barriers); here each block of 4 tokens runs:
+// once. The streaming configuration's chain at these sizes is ~1,400 instructions per warp at ~8
+// cycles each (split-K partials through shared memory, barriers); here each block of 4 tokens
+// runs:
 // - every load at kernel start: the hidden tile and w_down copied into shared memory by cp.async in
 //   coalesced 16-byte pieces (w_down's rows padded to a stride of 4 mod 8 floats, so the per-lane
 //   row reads below are conflict-free), the lane's rows of w_up into registers;

@@ -5,7 +5,8 @@
 # founding case: register tiles with 256) and of dev/fused_register_tiles_cluster.patch's cluster
 # kernel at T=1 and T=3 (~1 us slower than the one-token kernel at T=1 on 2026-12-04 although each
 # block reads 12.5 KB instead of 54 KB). Per kernel: duration, cycles, issued IPC, warp stall
-# reasons, L1 wavefronts, DRAM and L2 throughput. Results in $OUT; a short summary on stdout.
+# reasons, L1 wavefronts, DRAM and L2 throughput. First it runs dev/sm_intake_probe.cu (one SM's
+# intake of 12-96 KB without math). Results in $OUT; a short summary on stdout.
 #   bash dev/founding_profile.sh   (run tool, no carry needed)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,10 @@ for tree in . /tmp/cluster; do
      -DCMAKE_CUDA_ARCHITECTURES=90a -DLATENTKV_BUILD_TESTS=OFF > "$OUT/build_$(basename $tree).log" 2>&1 &&
    cmake --build $tree/build-prof -j 8 --target latentkv-bench >> "$OUT/build_$(basename $tree).log" 2>&1) &
 done
+nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a dev/sm_intake_probe.cu \
+  -o /tmp/sm_intake_probe > "$OUT/build_probe.log" 2>&1 &
 wait
+[ -x /tmp/sm_intake_probe ] && /tmp/sm_intake_probe | tee "$OUT/sm_intake_probe.txt"
 profile() {  # name, bench binary, bench arguments
   ncu --clock-control none -k regex:kv_proj -c 2 \
     --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \

@@ -297,9 +297,7 @@ Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& fac
   k.tile_tokens = static_cast<int>(tile);
   k.d_chunk = static_cast<int>(chunk(p.model_dim, blocks));
   k.col_chunk = static_cast<int>(chunk(2 * p.kv_width(), blocks));
-  k.out_vec4 = is_aligned(a.out, 16) && p.head_dim % 4 == 0 && a.out_stride_kv % 4 == 0 &&
-               a.out_stride_batch % 4 == 0 && a.out_stride_seq % 4 == 0 &&
-               a.out_stride_head % 4 == 0;
+  k.out_vec4 = fused_out_16_bytes(p, a);
 
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(ceil_div<int64_t>(p.tokens(), tile) * blocks));

@@ -243,17 +243,10 @@ int64_t token_tiles(const Problem& p) { return ceil_div<int64_t>(p.tokens(), kTo
 }  // namespace
 
 bool fused_register_tiles_takes(const Problem& p, const Args& a, const DeviceFacts& f) {
-  const auto rows16 = [](const void* ptr, int64_t stride) {
-    return is_aligned(ptr, 16) && stride % 4 == 0;
-  };
+  // The kernel stores 16 bytes wherever Dh % 4 == 0, so there the output must take them.
   return fused_register_tile_cols(p.tokens(), token_tiles(p), 2 * p.kv_width(), f.sm_count) > 0 &&
-         p.model_dim <= kMaxModelDim && p.rank <= kRankPadded && p.model_dim % 4 == 0 &&
-         p.rank % 4 == 0 && p.kv_width() % 4 == 0 && rows16(a.hidden, a.hidden_stride_seq) &&
-         a.hidden_stride_batch % 4 == 0 && rows16(a.w_down, a.w_down_stride_row) &&
-         rows16(a.w_up_k, a.w_up_k_stride_row) && rows16(a.w_up_v, a.w_up_v_stride_row) &&
-         (p.head_dim % 4 != 0 ||
-          (is_aligned(a.out, 16) && a.out_stride_kv % 4 == 0 && a.out_stride_batch % 4 == 0 &&
-           a.out_stride_seq % 4 == 0 && a.out_stride_head % 4 == 0)) &&
+         p.model_dim <= kMaxModelDim && p.rank <= kRankPadded && fused_rows_16_bytes(p, a) &&
+         (p.head_dim % 4 != 0 || fused_out_16_bytes(p, a)) &&
          smem_bytes(p) + kStaticSmemBytes <= f.smem_optin;
 }
 

@@ -86,6 +86,13 @@ inline bool fused_rows_16_bytes(const Problem& p, const Args& a) {
          rows(a.w_up_v, a.w_up_v_stride_row);
 }
 
+// Whether cuda-fused's output takes 16-byte stores of 4 columns: Dh a multiple of 4 (4 columns
+// stay in one head), out 16-byte aligned and its strides multiples of 4 floats.
+inline bool fused_out_16_bytes(const Problem& p, const Args& a) {
+  return is_aligned(a.out, 16) && p.head_dim % 4 == 0 && a.out_stride_kv % 4 == 0 &&
+         a.out_stride_batch % 4 == 0 && a.out_stride_seq % 4 == 0 && a.out_stride_head % 4 == 0;
+}
+
 inline void copy_fused_args(const Problem& p, const Args& a, FusedParamsBase& k) {
   copy_activation_args<float>(p, a, k);
   copy_weight_args<float>(a, k);

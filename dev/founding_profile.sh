@@ -24,13 +24,13 @@ nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a dev/sm_intake_probe.cu
   -o /tmp/sm_intake_probe > "$OUT/build_probe.log" 2>&1 &
 wait
 [ -x /tmp/sm_intake_probe ] && /tmp/sm_intake_probe | tee "$OUT/sm_intake_probe.txt"
-profile() {  # name, bench binary, bench arguments
-  ncu --clock-control none -k regex:kv_proj -c 2 \
+profile() {  # name, bench binary, bench arguments[, kernel regex, strategy]
+  ncu --clock-control none -k regex:${4:-kv_proj} -c 2 \
     --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
     --section MemoryWorkloadAnalysis --section SchedulerStats \
-    "$2" $3 --strategy cuda-fused --iters 2 --warmup 0 --seconds 0.01 > "$OUT/ncu_$1.txt" 2>&1
+    "$2" $3 --strategy ${5:-cuda-fused} --iters 2 --warmup 0 --seconds 0.01 > "$OUT/ncu_$1.txt" 2>&1
   echo "== $1 ($3)"
-  grep -E "^  kv_proj|Duration|Elapsed Cycles|Issued Ipc Active|Registers Per|Grid Size|Cluster Size|Stall|L2 Hit Rate |DRAM Throughput" \
+  grep -E "^  ${4:-kv_proj}|Duration|Elapsed Cycles|Issued Ipc Active|Registers Per|Grid Size|Cluster Size|Stall|L2 Hit Rate |DRAM Throughput" \
     "$OUT/ncu_$1.txt" | head -24
 }
 S=build-prof/bench/latentkv-bench; C=/tmp/cluster/build-prof/bench/latentkv-bench
@@ -40,4 +40,8 @@ profile reg32_t16 $S "--tokens 16"
 profile reg256_founding $S "--preset seed"
 profile cluster_t1 $C "--tokens 1"
 profile cluster_t3 $C "--tokens 3"
+profile mla_ka_v3_t1 $S "--preset deepseek-v3-mla --q-rank 0 --stage first --tokens 1" \
+  mla_decode_fused_stage_a cuda-mla-decode
+profile mla_ka_v3_qa_t1 $S "--preset deepseek-v3-mla --stage first --tokens 1" \
+  mla_decode_fused_stage_a cuda-mla-decode
 for b in $S $C; do $b --tokens 1,3 --quiet 2>&1 | tail -3; done

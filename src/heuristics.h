@@ -220,10 +220,12 @@ inline bool fused_use_one_token(int64_t tokens) {
 // against 5.93, T=384 (the founding case) - / 5.88 against 6.10, T=528 - / 6.27 against 6.46.
 inline int fused_register_tile_cols(int64_t tokens, int64_t token_tiles, int64_t two_n,
                                     int sm_count) {
+  constexpr int kNarrow = tiles::kFusedRegisterTileNarrowCols;
+  constexpr int kWide = tiles::kFusedRegisterTileWideCols;
   if (tokens <= tiles::kFusedOneTokenMaxTokens) return 0;
-  if (4 * token_tiles * ((two_n + 31) / 32) <= sm_count) return 32;
-  const int64_t grid = token_tiles * ((two_n + 255) / 256);
-  return 8 * grid <= sm_count || (2 * grid > sm_count && grid <= sm_count) ? 256 : 0;
+  if (4 * token_tiles * ((two_n + kNarrow - 1) / kNarrow) <= sm_count) return kNarrow;
+  const int64_t grid = token_tiles * ((two_n + kWide - 1) / kWide);
+  return 8 * grid <= sm_count || (2 * grid > sm_count && grid <= sm_count) ? kWide : 0;
 }
 // cuda-fused's tensor-core configuration (3xTF32; its kernel takes D <= 256, R <= 64), asked
 // where the cluster configuration would run (the streaming grid past two blocks per SM): while its

@@ -37,6 +37,8 @@ constexpr int kMaxModelDim = tiles::kFusedRegisterTileMaxModelDim;
 constexpr int kRowsPerLane = kMaxModelDim / 32;                 // rows 32 i + lane of D
 constexpr int kRankPadded = tiles::kFusedRegisterTileMaxRank;   // 64
 constexpr int kColsPerWarp = kRankPadded / kWarps;              // latent columns in the down
+constexpr int kWideCols = tiles::kFusedRegisterTileWideCols;    // [K | V] columns a block
+constexpr int kNarrowCols = tiles::kFusedRegisterTileNarrowCols;
 static_assert(kColsPerWarp == 8 && kTokens * kColsPerWarp == 32,
               "the down reduce-scatter's five levels leave one value a lane");
 static_assert(kTokens * kMaxModelDim / 4 == kThreads, "one 16-byte hidden piece per thread");
@@ -228,9 +230,9 @@ struct RegisterTileKernels {
   static Status setup(const DeviceFacts& f) {
     const int bytes = static_cast<int>(f.smem_optin - kStaticSmemBytes);
     cudaError_t err = cudaFuncSetAttribute(
-        kv_proj_fused_register_tiles<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        kv_proj_fused_register_tiles<kWideCols>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (err == cudaSuccess) {
-      err = cudaFuncSetAttribute(kv_proj_fused_register_tiles<32>,
+      err = cudaFuncSetAttribute(kv_proj_fused_register_tiles<kNarrowCols>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     }
     return cuda_status(err, "cudaFuncSetAttribute(kv_proj_fused_register_tiles, "
@@ -260,10 +262,10 @@ Status run_fused_register_tiles(const Problem& p, const Args& a, const DeviceFac
       fused_register_tile_cols(p.tokens(), token_tiles(p), 2 * p.kv_width(), prepared->sm_count);
   const dim3 grid(static_cast<unsigned>(token_tiles(p)),
                   static_cast<unsigned>(ceil_div<int64_t>(2 * p.kv_width(), cols)));
-  if (cols == 32) {
-    kv_proj_fused_register_tiles<32><<<grid, kThreads, smem_bytes(p), stream>>>(k);
+  if (cols == kNarrowCols) {
+    kv_proj_fused_register_tiles<kNarrowCols><<<grid, kThreads, smem_bytes(p), stream>>>(k);
   } else {
-    kv_proj_fused_register_tiles<256><<<grid, kThreads, smem_bytes(p), stream>>>(k);
+    kv_proj_fused_register_tiles<kWideCols><<<grid, kThreads, smem_bytes(p), stream>>>(k);
   }
   return cuda_status(cudaGetLastError(), "kv_proj_fused_register_tiles launch");
 }

@@ -41,6 +41,10 @@ constexpr int kFusedRegisterTileTokens = 4;
 constexpr int kFusedRegisterTileThreads = 256;
 constexpr int kFusedRegisterTileMaxModelDim = 256;
 constexpr int kFusedRegisterTileMaxRank = 64;
+// Its [K | V] columns per block (kernel template arguments): wide, each quad of lanes a 4-column
+// group over all 4 tokens; narrow, each warp one group, so few tokens spread over 8x the blocks.
+constexpr int kFusedRegisterTileWideCols = 256;
+constexpr int kFusedRegisterTileNarrowCols = 32;
 // Tensor-core configuration (fused_fp32_tensor_core.cu, sm_80, 3xTF32 mma.sync m16n8k8): tokens
 // are the MMA's N (8 per tile); the block stages w_down, its [w_up_k | w_up_v] columns and the
 // token tile in shared memory; each of 16 warps takes w_down rows [16 w, 16 w + 16) and one

@@ -237,7 +237,7 @@ __device__ void stage_weights(float* dst, int rows, int cols, const float* first
     if (vec4 && c + 4 <= total) {
       const float* src = c < cols ? first + k * first_stride + c
                                   : second + k * second_stride + (c - cols);
-      v = __ldg(reinterpret_cast<const float4*>(src));
+      v = load_vector<float4>(src);
     } else {
       v = gather4(c, total, [&](int j) {
         return j < cols ? __ldg(first + k * first_stride + j)
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         if (token < p.tokens) {
           const float* row =
               p.hidden + token_offset(token, p.seq, p.hidden_stride_batch, p.hidden_stride_seq);
-          v = __ldg(reinterpret_cast<const float4*>(row + k));
+          v = load_vector<float4>(row + k);
         }
         hidden_t[(k + 0) * kTokens + t] = v.x;
         hidden_t[(k + 1) * kTokens + t] = v.y;
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
           } else if (p.w_down_vec4) {
             accumulate_slices<kRows, Config::kDownSlices, kTokens>(
                 acc, tile_rows, slice, D,
-                [&](int k) { return __ldg(reinterpret_cast<const float4*>(w + k * ld)); });
+                [&](int k) { return load_vector<float4>(w + k * ld); });
           } else {
             accumulate_slices<kRows, Config::kDownSlices, kTokens>(
                 acc, tile_rows, slice, D, [&](int k) {
@@ -396,7 +396,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
             const int64_t ld = is_k ? p.w_up_k_stride : p.w_up_v_stride;
             accumulate_slices<kRows, Config::kUpSlices, kTokens>(
                 acc, tile_rows, slice, R,
-                [&](int k) { return __ldg(reinterpret_cast<const float4*>(w + k * ld)); });
+                [&](int k) { return load_vector<float4>(w + k * ld); });
           } else {
             accumulate_slices<kRows, Config::kUpSlices, kTokens>(
                 acc, tile_rows, slice, R, [&](int k) {

@@ -60,10 +60,6 @@ size_t smem_bytes(const Problem& p) {
 }
 constexpr size_t kStaticSmemBytes = sizeof(float) * kTokens * kRankPadded;
 
-__device__ __forceinline__ float4 load4(const float* p) {
-  return __ldg(reinterpret_cast<const float4*>(p));
-}
-
 // The up projection's work split for kBlockCols columns a block: lane = group x kSlices + slice
 // with each lane kLaneTokens tokens (256: 8 groups a warp, 4 slices, all 4 tokens), or warp =
 // group and lane = token x kSlices + slice (32: 8 slices, one token).
@@ -130,7 +126,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < Up::kMaxSliceRows; ++i) {
     const int r = slice * slice_rows + i;
-    u[i] = col_in && i < slice_rows && r < p.rank ? load4(up + r * up_stride)
+    u[i] = col_in && i < slice_rows && r < p.rank ? load_vector<float4>(up + r * up_stride)
                                                   : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   wait_async_copies();

@@ -33,9 +33,12 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// One 16-byte vector through the non-coherent path (data read once: weights).
-__device__ __forceinline__ uint4 load_vector(const void* p) {
-  return __ldg(reinterpret_cast<const uint4*>(p));
+// One 16-byte vector (uint4, or float4 for float32 rows) through the non-coherent path (data
+// read once: weights).
+template <typename V = uint4>
+__device__ __forceinline__ V load_vector(const void* p) {
+  static_assert(sizeof(V) == 16, "a 16-byte vector");
+  return __ldg(reinterpret_cast<const V*>(p));
 }
 
 // ---- sm_80 ----

@@ -1366,61 +1366,12 @@ Status launch_stage_b(const DecodeParams& k, int64_t tiles, int windows, int64_t
   return Status::Ok();
 }
 
-// allow_fused: false after the fused stage A's cooperative launch was refused as too large (fewer
-// SMs usable than the device has, e.g. under MPS): the call runs K1 and K2 instead.
-template <typename T, typename RopeT, int kMA, int kMB>
-Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_fused = true) {
-  const DeviceFacts* facts = nullptr;
-  LATENTKV_RETURN_IF_ERROR(prepared_device<DecodeKernels>(&facts));
-  DecodeParams k{};
-  k.tokens = static_cast<int>(p.tokens());
-  k.seq = static_cast<int>(p.seq);
-  k.model_dim = static_cast<int>(p.model_dim);
-  k.kv_rank = static_cast<int>(p.kv_rank);
-  k.rope_dim = static_cast<int>(p.rope_dim);
-  k.heads = static_cast<int>(p.heads);
-  k.nope_dim = static_cast<int>(p.nope_dim);
-  k.v_dim = static_cast<int>(p.v_dim);
-  k.b_rows = static_cast<int>(p.kv_b_rows());
-  k.q_rows = runs_first(p) ? q_rows_run(p, a) : 0;
-  k.a_rows = k.q_rows + k.kv_rank + k.rope_dim;
-  // Windows of kMA (K1) and kMB (K3) token tiles over T > 16 tokens where the call runs in windows
-  // (the kernels' blockIdx.z / .y), else one window of all T.
-  k.window_a = static_cast<int>(window_tokens(p, kMA));
-  k.window_b = static_cast<int>(window_tokens(p, kMB));
-  const int windows_a = std::max(1, ceil_div(k.tokens, std::max(k.window_a, 1)));
-  const int windows_b = std::max(1, ceil_div(k.tokens, std::max(k.window_b, 1)));
+// DecodeParams' tensors (k.q_rows set): the inputs; with the first stage, stage A's workspace
+// regions; stage B's sources (stage A's workspace, the caller's latent and k_pe, or the cache rows)
+// and whether they are whole 16-byte vectors; the outputs and whether their pairs of columns take
+// 32-bit stores.
+void bind_tensors(const MlaProblem& p, const MlaArgs& a, DecodeParams& k) {
   const int64_t eb = element_size(p.dtype);
-  const bool overlap = runs_second(p) && mla_decode_overlap_stage_b(
-                                             int64_t{k.a_rows} * p.model_dim * eb,
-                                             p.kv_b_rows() * p.kv_rank * eb);
-  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.window_a,
-                                       windows_a, overlap ? kStageABlocksBeforeB : kBlocksPerSm);
-  const FusedPlan fused_cut = fused_plan(p, k.q_rows, k.a_rows, facts->sm_count);
-  const bool fused = allow_fused && runs_first(p) && fused_cut.usable &&
-                     facts->cooperative_launch &&
-                     mla_decode_fused_stage_a_preferred(
-                         p.tokens(), k.q_rows > 0, !runs_second(p),
-                         int64_t{k.a_rows} * p.model_dim * eb);
-  k.rows_ld = plan.rows_ld;
-  k.chunk = fused ? fused_cut.chunk : plan.chunk;
-  k.chunks = fused ? fused_cut.chunks : plan.chunks;
-  k.q_slices = ceil_div(k.q_rows, kSlice);
-  k.c_slices = ceil_div(k.kv_rank, kSlice);
-  k.slices = k.q_slices + k.c_slices + 1;
-  // K2 as sm_90 code on an sm_90 device: a programmatic dependent, and a cluster where it fits.
-  const bool epilogue_sm90 =
-      programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(facts->major);
-  k.cluster_norm = k.slices <= kMaxClusterSlices && epilogue_sm90;
-  const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
-  const bool ring = stage_b_ring(kMB, tiles, facts->sm_count);
-  const bool whole_row_fits = k.q_rows == 0 && k.a_rows <= kRowEpilogueRows * kThreads;
-  k.fold = !fused && runs_first(p) && runs_second(p) && whole_row_fits && k.tokens == 1 && !ring &&
-           mla_decode_fold_epilogue(stage_b_blocks(tiles, ring, facts->sm_count) * k.chunks *
-                                    k.rows_ld * int64_t{sizeof(float)});
-  k.whole_rows = !k.fold && whole_row_fits &&
-                 mla_decode_whole_rows(ceil_div(k.chunks, kRowEpilogueBatch<true>));
-
   k.hidden = a.hidden;
   k.hidden_stride_batch = a.hidden_stride_batch;
   k.hidden_stride_seq = a.hidden_stride_seq;
@@ -1481,6 +1432,64 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
                   p.v_dim % 2 == 0 && even(a.k_stride_head) && even(a.v_stride_head) &&
                   (p.seq <= 1 || (even(a.k_stride_seq) && even(a.v_stride_seq))) &&
                   (p.batch <= 1 || (even(a.k_stride_batch) && even(a.v_stride_batch)));
+}
+
+// allow_fused: false after the fused stage A's cooperative launch was refused as too large (fewer
+// SMs usable than the device has, e.g. under MPS): the call runs K1 and K2 instead.
+template <typename T, typename RopeT, int kMA, int kMB>
+Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_fused = true) {
+  const DeviceFacts* facts = nullptr;
+  LATENTKV_RETURN_IF_ERROR(prepared_device<DecodeKernels>(&facts));
+  DecodeParams k{};
+  k.tokens = static_cast<int>(p.tokens());
+  k.seq = static_cast<int>(p.seq);
+  k.model_dim = static_cast<int>(p.model_dim);
+  k.kv_rank = static_cast<int>(p.kv_rank);
+  k.rope_dim = static_cast<int>(p.rope_dim);
+  k.heads = static_cast<int>(p.heads);
+  k.nope_dim = static_cast<int>(p.nope_dim);
+  k.v_dim = static_cast<int>(p.v_dim);
+  k.b_rows = static_cast<int>(p.kv_b_rows());
+  k.q_rows = runs_first(p) ? q_rows_run(p, a) : 0;
+  k.a_rows = k.q_rows + k.kv_rank + k.rope_dim;
+  // Windows of kMA (K1) and kMB (K3) token tiles over T > 16 tokens where the call runs in windows
+  // (the kernels' blockIdx.z / .y), else one window of all T.
+  k.window_a = static_cast<int>(window_tokens(p, kMA));
+  k.window_b = static_cast<int>(window_tokens(p, kMB));
+  const int windows_a = std::max(1, ceil_div(k.tokens, std::max(k.window_a, 1)));
+  const int windows_b = std::max(1, ceil_div(k.tokens, std::max(k.window_b, 1)));
+  const int64_t eb = element_size(p.dtype);
+  const bool overlap = runs_second(p) && mla_decode_overlap_stage_b(
+                                             int64_t{k.a_rows} * p.model_dim * eb,
+                                             p.kv_b_rows() * p.kv_rank * eb);
+  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.window_a,
+                                       windows_a, overlap ? kStageABlocksBeforeB : kBlocksPerSm);
+  const FusedPlan fused_cut = fused_plan(p, k.q_rows, k.a_rows, facts->sm_count);
+  const bool fused = allow_fused && runs_first(p) && fused_cut.usable &&
+                     facts->cooperative_launch &&
+                     mla_decode_fused_stage_a_preferred(
+                         p.tokens(), k.q_rows > 0, !runs_second(p),
+                         int64_t{k.a_rows} * p.model_dim * eb);
+  k.rows_ld = plan.rows_ld;
+  k.chunk = fused ? fused_cut.chunk : plan.chunk;
+  k.chunks = fused ? fused_cut.chunks : plan.chunks;
+  k.q_slices = ceil_div(k.q_rows, kSlice);
+  k.c_slices = ceil_div(k.kv_rank, kSlice);
+  k.slices = k.q_slices + k.c_slices + 1;
+  // K2 as sm_90 code on an sm_90 device: a programmatic dependent, and a cluster where it fits.
+  const bool epilogue_sm90 =
+      programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(facts->major);
+  k.cluster_norm = k.slices <= kMaxClusterSlices && epilogue_sm90;
+  const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
+  const bool ring = stage_b_ring(kMB, tiles, facts->sm_count);
+  const bool whole_row_fits = k.q_rows == 0 && k.a_rows <= kRowEpilogueRows * kThreads;
+  k.fold = !fused && runs_first(p) && runs_second(p) && whole_row_fits && k.tokens == 1 && !ring &&
+           mla_decode_fold_epilogue(stage_b_blocks(tiles, ring, facts->sm_count) * k.chunks *
+                                    k.rows_ld * int64_t{sizeof(float)});
+  k.whole_rows = !k.fold && whole_row_fits &&
+                 mla_decode_whole_rows(ceil_div(k.chunks, kRowEpilogueBatch<true>));
+
+  bind_tensors(p, a, k);
 
   ProgrammaticLaunch launch_config(kThreads, stream);
   cudaLaunchConfig_t& config = launch_config.config;

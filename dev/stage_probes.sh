@@ -6,13 +6,14 @@
 #   stage T=1); E dev/rt_probe_loads.patch, F dev/rt_probe_no_up.patch (register tiles: founding,
 #   T=3, T=64); G dev/ot_probe_loads.patch, H dev/ot_probe_no_up.patch (one-token, T=1).
 # The probes write nothing, so their rows read "fail!"; only their times count. The bench prints
-# an empty kernel's graph time per row (empty_kernel_graph_us in the JSON logs).
+# an empty kernel's graph time per row (empty_kernel_graph_us in the JSON logs). A runs ALL GPU
+# tests: it GPU-validates session 20's host-side change (mla_decode.cu bind_tensors()).
 #   bash dev/stage_probes.sh   (run tool, no carry needed)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PATCHES="dev/ka_probe_no_epilogue.patch dev/ka_probe_no_sync.patch dev/rt_probe_loads.patch \
 dev/rt_probe_no_up.patch dev/ot_probe_loads.patch dev/ot_probe_no_up.patch" \
-TEST_VARIANTS=A TESTS_A='GpuFusedRegisterTiles.*:GpuFusedOneToken.*:MlaDecode/*dec_fused_first*' \
+TEST_VARIANTS=A TESTS_A='*' \
 CASES="--preset deepseek-v3-mla --q-rank 0 --stage first --tokens 1,2 --quiet;--preset seed --quiet;\
 --tokens 3,64 --quiet;--tokens 1 --quiet" \
 VARIANTS_0=ACD VARIANTS_1=AEF VARIANTS_2=AEF VARIANTS_3=AGH \

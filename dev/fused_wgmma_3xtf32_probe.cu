@@ -1,0 +1,523 @@
+// Probe (issue 17, many tokens at the founding widths): cuda-fused's projection on Hopper's wgmma in
+// 3xTF32, against the library's kAuto (the token tiles on mma.sync, T >= ~1057) in the same run.
+//
+// Why: ncu of the token tiles at T=6144 (docs/perf.md) reads 3,280 warp instructions per warp at an
+// issued IPC of 2.09 with the HMMA pipe at 10.7%: each warp splits its own A and B fragments into
+// TF32 halves for every m16n8k8 MMA, so the splits and fragment loads are the kernel. Here the
+// weights are split once per block into shared memory (big and small halves, K-major core
+// matrices, the layout wgmma reads B from), and each warpgroup splits only its own A fragments in
+// registers (wgmma's register-A form): a K step of the down product is 3 wgmma instructions for a
+// 64-token x 48 (or 24) tile instead of 16 warps x 30 instructions.
+//
+// The kernel (founding widths only: D=256, R=48, H*Dh=128, float32, dense rows; T any):
+//   block = 2 warpgroups, one 64-token tile, columns [col0, col0 + 2 kWgCols) of [K | V];
+//   prologue: w_down^T and the block's columns of [w_up_k | w_up_v]^T, split, into shared memory
+//     (core matrices of 8 rows x 16 bytes; LBO = 128 B along K, SBO between 8-row groups);
+//     the down warpgroups' hidden fragments (rows g, g+8 of each warp's 16, all of D) into
+//     registers by 16-byte loads, issued first;
+//   down: latent [64, 48] = hidden @ w_down; kDownWgs warpgroups, each 48 / kDownWgs columns, K
+//     permuted within each 16 so a lane's four hidden values per 16 are one float4 (the weights
+//     are stored in the same permuted order); the accumulators go to shared memory;
+//   up: each warpgroup [64, kWgCols] = latent @ its columns, A from the latent tile (K permuted
+//     within each 8 so a lane's values are one float2), stores straight from the accumulators.
+// 3xTF32: x = big + small, big = x with the low 13 bits cleared; small*big, big*small, big*big
+// into one float32 accumulator (small terms first).
+//
+// Output: per T, max |err| / max |ref| against float64 for the library and each variant (outputs
+// poisoned with NaN first), then the per-call time by graph replay with the inputs rotated over
+// 3x L2 as latentkv-bench does, us. Arguments: token counts (default a sweep), --check for the
+// errors alone (compute-sanitizer). The index algebra (layouts, permutations, fragments) is
+// emulated on the CPU by dev/fused_wgmma_3xtf32_emulate.py. Build and run (GPU machine):
+//   bash dev/fused_wgmma_run.sh
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "latentkv/latentkv.h"
+#include "probe_timing.h"
+
+namespace {
+
+constexpr int kD = 256, kR = 48, kN = 128, kHeads = 4, kHeadDim = 32;  // the founding widths
+constexpr int kCols = 2 * kN;          // [K | V] columns
+constexpr int kTileTokens = 64;        // wgmma's M
+constexpr int kThreads = 256;          // two warpgroups
+constexpr int kLatentLd = 56;          // latent tile row stride (floats): float2 reads conflict-free
+constexpr int kDownSbo = (kD / 4) * 128;  // bytes between 8-row groups of w_down^T [48][256]
+constexpr int kUpSbo = (kR / 4) * 128;    // of [w_up_k | w_up_v]^T [cols][48]
+
+template <int N>
+struct WgmmaTf32;
+template <>
+struct WgmmaTf32<24> {
+  static __device__ __forceinline__ void run(float (&d)[12], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n24k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, %16, 1, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+        : "memory");
+  }
+};
+template <>
+struct WgmmaTf32<32> {
+  static __device__ __forceinline__ void run(float (&d)[16], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+        : "memory");
+  }
+};
+template <>
+struct WgmmaTf32<48> {
+  static __device__ __forceinline__ void run(float (&d)[24], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n48k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, {%24, %25, %26, %27}, %28, 1, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+        : "memory");
+  }
+};
+template <>
+struct WgmmaTf32<64> {
+  static __device__ __forceinline__ void run(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+        : "memory");
+  }
+};
+template <>
+struct WgmmaTf32<128> {
+  static __device__ __forceinline__ void run(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+        : "memory");
+  }
+};
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Tells the compiler the registers change here (the accumulators, written by wgmma asynchronously).
+template <int kSize>
+__device__ __forceinline__ void fence_registers(float (&r)[kSize]) {
+#pragma unroll
+  for (int i = 0; i < kSize; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// Writes by ordinary stores to shared memory, made visible to wgmma's operand reads.
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// An 8-byte store of two floats (p 8-byte aligned).
+__device__ __forceinline__ void store2(float* p, float x, float y) {
+  asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
+}
+
+// A shared-memory matrix descriptor, no swizzle: start, LBO (between core matrices along K), SBO
+// (between 8-row groups), all in bytes.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t address, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>(lbo >> 4) << 16) | (static_cast<uint64_t>(sbo >> 4) << 32);
+}
+
+__device__ __forceinline__ uint32_t big_half(float x) { return __float_as_uint(x) & 0xffffe000u; }
+__device__ __forceinline__ uint32_t small_half(float x) {
+  return __float_as_uint(x - __uint_as_float(big_half(x)));
+}
+
+// Four values into big and small halves.
+__device__ __forceinline__ void split4(const float (&x)[4], uint32_t (&big)[4],
+                                       uint32_t (&small)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    big[i] = big_half(x[i]);
+    small[i] = small_half(x[i]);
+  }
+}
+
+// One K step in 3xTF32: small(a) big(b), big(a) small(b), big(a) big(b) into acc.
+template <int N>
+__device__ __forceinline__ void step_3xtf32(float (&acc)[N / 2], const uint32_t (&a_big)[4],
+                                            const uint32_t (&a_small)[4], uint64_t b_big,
+                                            uint64_t b_small) {
+  WgmmaTf32<N>::run(acc, a_small, b_big);
+  WgmmaTf32<N>::run(acc, a_big, b_small);
+  WgmmaTf32<N>::run(acc, a_big, b_big);
+}
+
+template <int kDownWgs, int kWgCols>
+__global__ void __launch_bounds__(kThreads, 1)
+    fused_wgmma_3xtf32(const float* __restrict__ hidden, const float* __restrict__ w_down,
+                       const float* __restrict__ w_up_k, const float* __restrict__ w_up_v,
+                       float* __restrict__ out, int tokens) {
+  constexpr int kBlockCols = 2 * kWgCols;
+  constexpr int kDownCols = kR / kDownWgs;
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint32_t* down_big = reinterpret_cast<uint32_t*>(smem);  // w_down^T [48][256], core matrices
+  uint32_t* down_small = down_big + kR * kD;
+  uint32_t* up_big = down_small + kR * kD;  // the block's [w_up_k | w_up_v]^T [kBlockCols][48]
+  uint32_t* up_small = up_big + kBlockCols * kR;
+  float* latent = reinterpret_cast<float*>(up_small + kBlockCols * kR);  // [64][kLatentLd]
+
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int col0 = blockIdx.y * kBlockCols;
+  const int row0 = 16 * warp + g;  // the lane's rows row0 and row0 + 8 of the tile
+  const int t0 = blockIdx.x * kTileTokens + row0, t1 = t0 + 8;
+  const bool down_wg = wg < kDownWgs;
+
+  // The lane's hidden values: columns 16 u + 4 q .. + 3 of rows t0 and t1 (zeros past T).
+  float4 h0[kD / 16], h1[kD / 16];
+  if (down_wg) {
+#pragma unroll
+    for (int u = 0; u < kD / 16; ++u) {
+      const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+      h0[u] = t0 < tokens ? __ldg(reinterpret_cast<const float4*>(
+                                hidden + static_cast<int64_t>(t0) * kD + 16 * u + 4 * q))
+                          : zero;
+      h1[u] = t1 < tokens ? __ldg(reinterpret_cast<const float4*>(
+                                hidden + static_cast<int64_t>(t1) * kD + 16 * u + 4 * q))
+                          : zero;
+    }
+  }
+
+  // w_down^T: chunk (n, kq) = 4 consecutive logical k of row n; logical k of step s = 2 u + e at
+  // position kappa is physical row 16 u + 4 (kappa % 4) + 2 e + kappa / 4, so chunk kq holds rows
+  // 16 (kq / 4) + kq % 4 + 4 i, i = 0..3.
+  for (int i = tid; i < kR * (kD / 4); i += kThreads) {
+    const int n = i % kR, kq = i / kR;
+    const int p = 16 * (kq / 4) + kq % 4;
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[e] = __ldg(w_down + (p + 4 * e) * kR + n);
+    uint32_t big[4], small[4];
+    split4(v, big, small);
+    const int at = (n / 8) * (kDownSbo / 4) + kq * 32 + (n % 8) * 4;
+    *reinterpret_cast<uint4*>(down_big + at) = make_uint4(big[0], big[1], big[2], big[3]);
+    *reinterpret_cast<uint4*>(down_small + at) = make_uint4(small[0], small[1], small[2], small[3]);
+  }
+  // [w_up_k | w_up_v]^T: logical k of up step j at position kappa is latent column
+  // 8 j + 2 (kappa % 4) + kappa / 4, so chunk kq = 2 j + h holds rows 8 j + 2 i + h.
+  for (int i = tid; i < kBlockCols * (kR / 4); i += kThreads) {
+    const int n = i % kBlockCols, kq = i / kBlockCols;
+    const int j = kq / 2, h = kq % 2;
+    const int c = col0 + n;
+    const float* src = c < kN ? w_up_k + c : w_up_v + (c - kN);
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[e] = __ldg(src + (8 * j + 2 * e + h) * kN);
+    uint32_t big[4], small[4];
+    split4(v, big, small);
+    const int at = (n / 8) * (kUpSbo / 4) + kq * 32 + (n % 8) * 4;
+    *reinterpret_cast<uint4*>(up_big + at) = make_uint4(big[0], big[1], big[2], big[3]);
+    *reinterpret_cast<uint4*>(up_small + at) = make_uint4(small[0], small[1], small[2], small[3]);
+  }
+  fence_async_shared();
+  __syncthreads();
+
+  // Down: step s = 2 u + e takes the lane's (x, y) of h[u] for e = 0, (z, w) for e = 1.
+  if (down_wg) {
+    float acc[kDownCols / 2];
+#pragma unroll
+    for (int i = 0; i < kDownCols / 2; ++i) acc[i] = 0.f;
+    const uint32_t b_big = static_cast<uint32_t>(__cvta_generic_to_shared(down_big)) +
+                           (wg * kDownCols / 8) * kDownSbo;
+    const uint32_t b_small = static_cast<uint32_t>(__cvta_generic_to_shared(down_small)) +
+                             (wg * kDownCols / 8) * kDownSbo;
+    uint32_t a_big[2][2][4], a_small[2][2][4];  // [register set][e][fragment]
+    fence_registers(acc);
+#pragma unroll
+    for (int u = 0; u < kD / 16; ++u) {
+      const int set = u % 2;
+      if (u >= 2) wgmma_wait<1>();  // the group that read this set (u - 2) is done
+      const float x0[4] = {h0[u].x, h1[u].x, h0[u].y, h1[u].y};
+      const float x1[4] = {h0[u].z, h1[u].z, h0[u].w, h1[u].w};
+      split4(x0, a_big[set][0], a_small[set][0]);
+      split4(x1, a_big[set][1], a_small[set][1]);
+      wgmma_fence();
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const uint32_t at = (2 * u + e) * 256;  // two core matrices of 128 B per step
+        step_3xtf32<kDownCols>(acc, a_big[set][e], a_small[set][e],
+                               smem_desc(b_big + at, 128, kDownSbo),
+                               smem_desc(b_small + at, 128, kDownSbo));
+      }
+      wgmma_commit();
+    }
+    wgmma_wait<0>();
+    fence_registers(acc);
+    // Accumulator 4 j + {0, 1} is row row0, columns 8 j + 2 q + {0, 1}; 4 j + {2, 3} row row0 + 8.
+#pragma unroll
+    for (int j = 0; j < kDownCols / 8; ++j) {
+      const int c = wg * kDownCols + 8 * j + 2 * q;
+      *reinterpret_cast<float2*>(latent + row0 * kLatentLd + c) = make_float2(acc[4 * j], acc[4 * j + 1]);
+      *reinterpret_cast<float2*>(latent + (row0 + 8) * kLatentLd + c) =
+          make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    }
+  }
+  __syncthreads();
+
+  // Up: step j's A is latent columns 8 j + 2 q, + 1 of rows row0, row0 + 8.
+  float acc[kWgCols / 2];
+#pragma unroll
+  for (int i = 0; i < kWgCols / 2; ++i) acc[i] = 0.f;
+  uint32_t a_big[kR / 8][4], a_small[kR / 8][4];
+#pragma unroll
+  for (int j = 0; j < kR / 8; ++j) {
+    const float2 l0 = *reinterpret_cast<const float2*>(latent + row0 * kLatentLd + 8 * j + 2 * q);
+    const float2 l1 =
+        *reinterpret_cast<const float2*>(latent + (row0 + 8) * kLatentLd + 8 * j + 2 * q);
+    const float x[4] = {l0.x, l1.x, l0.y, l1.y};
+    split4(x, a_big[j], a_small[j]);
+  }
+  const uint32_t b_big = static_cast<uint32_t>(__cvta_generic_to_shared(up_big)) +
+                         (wg * kWgCols / 8) * kUpSbo;
+  const uint32_t b_small = static_cast<uint32_t>(__cvta_generic_to_shared(up_small)) +
+                           (wg * kWgCols / 8) * kUpSbo;
+  fence_registers(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < kR / 8; ++j) {
+    const uint32_t at = j * 256;
+    step_3xtf32<kWgCols>(acc, a_big[j], a_small[j], smem_desc(b_big + at, 128, kUpSbo),
+                         smem_desc(b_small + at, 128, kUpSbo));
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_registers(acc);
+#pragma unroll
+  for (int j = 0; j < kWgCols / 8; ++j) {
+    const int c = col0 + wg * kWgCols + 8 * j + 2 * q;
+    const int kv = c / kN, n = c % kN;
+    float* base = out + static_cast<int64_t>(kv) * tokens * kN + n;
+    if (t0 < tokens) {
+      store2(base + static_cast<int64_t>(t0) * kN, acc[4 * j], acc[4 * j + 1]);
+    }
+    if (t1 < tokens) {
+      store2(base + static_cast<int64_t>(t1) * kN, acc[4 * j + 2], acc[4 * j + 3]);
+    }
+  }
+}
+
+template <int kDownWgs, int kWgCols>
+constexpr size_t smem_bytes() {
+  return sizeof(uint32_t) * (2 * kR * kD + 2 * 2 * kWgCols * kR) +
+         sizeof(float) * kTileTokens * kLatentLd;
+}
+
+template <int kDownWgs, int kWgCols>
+cudaError_t launch(const float* hidden, const float* w_down, const float* w_up_k,
+                   const float* w_up_v, float* out, int tokens, cudaStream_t stream) {
+  const dim3 grid((tokens + kTileTokens - 1) / kTileTokens, kCols / (2 * kWgCols));
+  fused_wgmma_3xtf32<kDownWgs, kWgCols>
+      <<<grid, kThreads, smem_bytes<kDownWgs, kWgCols>(), stream>>>(hidden, w_down, w_up_k,
+                                                                      w_up_v, out, tokens);
+  return cudaGetLastError();
+}
+
+template <int kDownWgs, int kWgCols>
+cudaError_t opt_in() {
+  return cudaFuncSetAttribute(fused_wgmma_3xtf32<kDownWgs, kWgCols>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(smem_bytes<kDownWgs, kWgCols>()));
+}
+
+using LaunchFn = cudaError_t (*)(const float*, const float*, const float*, const float*, float*,
+                                 int, cudaStream_t);
+using OptInFn = cudaError_t (*)();
+struct Variant {
+  const char* name;
+  OptInFn opt_in;
+  LaunchFn launch;
+};
+const Variant kVariants[] = {
+    {"wg2_c128", opt_in<2, 128>, launch<2, 128>},  // both warpgroups split the down product
+    {"wg1_c128", opt_in<1, 128>, launch<1, 128>},  // warpgroup 0 alone runs it
+    {"wg2_c64", opt_in<2, 64>, launch<2, 64>},     // two column blocks per tile
+    {"wg2_c32", opt_in<2, 32>, launch<2, 32>},     // four
+};
+
+// One copy of the inputs and the output, [2, T, H, Dh].
+struct Set {
+  float *hidden, *w_down, *w_up_k, *w_up_v, *out;
+};
+
+double max_ref(const std::vector<double>& ref) {
+  double m = 0;
+  for (double r : ref) m = std::max(m, std::fabs(r));
+  return m;
+}
+
+// max |out - ref| / max |ref|; infinity where an element is NaN (unwritten: the output is
+// poisoned before the call).
+double error_of(const std::vector<float>& got, const std::vector<double>& ref) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(got[i] - ref[i]));
+  }
+  return worst / max_ref(ref);
+}
+
+// check_only: correctness alone (for compute-sanitizer), no timing.
+int run_case(int tokens, size_t l2_bytes, bool check_only, cudaStream_t stream) {
+  const size_t n_hidden = size_t(tokens) * kD, n_down = size_t(kD) * kR, n_up = size_t(kR) * kN,
+               n_out = size_t(2) * tokens * kN;
+  const size_t set_floats = n_hidden + n_down + 2 * n_up + n_out;
+  const size_t set_bytes = set_floats * sizeof(float);
+  const int sets = check_only ? 1
+                              : static_cast<int>(std::max<size_t>(
+                                    1, std::min<size_t>(1024, (3 * l2_bytes + set_bytes - 1) /
+                                                                  set_bytes)));
+  float* slab = nullptr;
+  CK(cudaMalloc(&slab, set_bytes * sets));
+  std::vector<Set> all(sets);
+  for (int s = 0; s < sets; ++s) {
+    float* p = slab + set_floats * s;
+    all[s] = {p, p + n_hidden, p + n_hidden + n_down, p + n_hidden + n_down + n_up,
+              p + n_hidden + n_down + 2 * n_up};
+  }
+  // Fresh inputs (uniform, weights scaled so the outputs stay O(1)); every set the same values.
+  std::mt19937 rng(1234567u + tokens);
+  std::uniform_real_distribution<float> unit(-1.f, 1.f);
+  std::vector<float> host(set_floats);
+  for (size_t i = 0; i < set_floats - n_out; ++i) host[i] = unit(rng);
+  for (size_t i = n_hidden; i < n_hidden + n_down; ++i) host[i] *= 1.f / 16.f;
+  for (size_t i = n_hidden + n_down; i < n_hidden + n_down + 2 * n_up; ++i) host[i] *= 0.15f;
+  for (int s = 0; s < sets; ++s) {
+    CK(cudaMemcpy(all[s].hidden, host.data(), (set_floats - n_out) * sizeof(float),
+                  cudaMemcpyHostToDevice));
+  }
+  // float64 reference.
+  std::vector<double> latent(size_t(tokens) * kR, 0.0), ref(n_out, 0.0);
+  const float* hh = host.data();
+  const float* wd = hh + n_hidden;
+  const float* wk = wd + n_down;
+  const float* wv = wk + n_up;
+  for (int t = 0; t < tokens; ++t) {
+    for (int k = 0; k < kD; ++k) {
+      const double x = hh[size_t(t) * kD + k];
+      for (int r = 0; r < kR; ++r) latent[size_t(t) * kR + r] += x * wd[k * kR + r];
+    }
+    for (int r = 0; r < kR; ++r) {
+      const double l = latent[size_t(t) * kR + r];
+      for (int n = 0; n < kN; ++n) {
+        ref[size_t(t) * kN + n] += l * wk[r * kN + n];
+        ref[(size_t(tokens) + t) * kN + n] += l * wv[r * kN + n];
+      }
+    }
+  }
+
+  // The library, kAuto (its workspace sized for it).
+  latentkv::Problem problem;
+  problem.batch = 1;
+  problem.seq = tokens;
+  problem.model_dim = kD;
+  problem.rank = kR;
+  problem.heads = kHeads;
+  problem.head_dim = kHeadDim;
+  latentkv::Options options;
+  options.backend = latentkv::Backend::kCuda;
+  options.stream = stream;
+  const int64_t workspace_bytes = latentkv::workspace_size(problem, options);
+  void* workspace = nullptr;
+  if (workspace_bytes > 0) CK(cudaMalloc(&workspace, workspace_bytes));
+  latentkv::Strategy strategy = latentkv::Strategy::kAuto;
+  const auto library_call = [&](int s) {
+    latentkv::Args args = latentkv::contiguous_args(problem, all[s].hidden, all[s].w_down,
+                                                    all[s].w_up_k, all[s].w_up_v, all[s].out);
+    args.workspace = workspace;
+    args.workspace_bytes = workspace_bytes;
+    const latentkv::Status st = latentkv::run(problem, args, options);
+    if (!st.ok()) printf("library: %s\n", st.message().c_str());
+  };
+  {
+    latentkv::Args args = latentkv::contiguous_args(problem, all[0].hidden, all[0].w_down,
+                                                    all[0].w_up_k, all[0].w_up_v, all[0].out);
+    args.workspace = workspace;
+    args.workspace_bytes = workspace_bytes;
+    latentkv::select_strategy(problem, args, options, &strategy);
+  }
+
+  std::vector<float> got(n_out);
+  const auto check = [&](auto call, double* err) -> int {
+    CK(cudaMemset(all[0].out, 0xFF, n_out * sizeof(float)));  // NaN
+    call(0);
+    CK(cudaStreamSynchronize(stream));
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(got.data(), all[0].out, n_out * sizeof(float), cudaMemcpyDeviceToHost));
+    *err = error_of(got, ref);
+    return 0;
+  };
+  const int calls = (std::max(64, sets) + sets - 1) / sets * sets;
+  double err = 0;
+  float us = 0;
+  if (check(library_call, &err)) return 1;
+  if (!check_only && graph_us_per_call(stream, calls, library_call, &us)) return 1;
+  printf("T=%-6d sets=%-4d %-10s %-18s err %.2e  %8.2f us\n", tokens, sets, "library",
+         latentkv::to_string(strategy), err, us);
+  for (const Variant& v : kVariants) {
+    const auto call = [&](int s) {
+      const cudaError_t e = v.launch(all[s].hidden, all[s].w_down, all[s].w_up_k, all[s].w_up_v,
+                                     all[s].out, tokens, stream);
+      if (e != cudaSuccess) printf("%s: %s\n", v.name, cudaGetErrorString(e));
+    };
+    if (check(call, &err)) return 1;
+    if (!check_only && graph_us_per_call(stream, calls, call, &us)) return 1;
+    printf("T=%-6d sets=%-4d %-10s %-18s err %.2e  %8.2f us%s\n", tokens, sets, v.name,
+           "wgmma 3xTF32", err, us, err <= 1e-5 ? "" : "  FAIL (bound 1e-5)");
+  }
+  if (workspace != nullptr) CK(cudaFree(workspace));
+  CK(cudaFree(slab));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("%s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  for (const Variant& v : kVariants) CK(v.opt_in());
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::vector<int> tokens = {1, 100, 384, 733, 1024, 2048, 4096, 6143, 6144, 16384};
+  bool check_only = false;
+  std::vector<int> given;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--check") {
+      check_only = true;
+    } else {
+      given.push_back(atoi(argv[i]));
+    }
+  }
+  if (!given.empty()) tokens = given;
+  for (int t : tokens) {
+    if (run_case(t, static_cast<size_t>(prop.l2CacheSize), check_only, stream)) return 1;
+  }
+  CK(cudaStreamDestroy(stream));
+  return 0;
+}

@@ -143,6 +143,15 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t address, uint32_t lbo, ui
          (static_cast<uint64_t>(lbo >> 4) << 16) | (static_cast<uint64_t>(sbo >> 4) << 32);
 }
 
+// The descriptor of B at `address` in the layout above (core matrices 128 B apart along K, `sbo`
+// apart between 8-row groups). kSwapOffsets puts the two offsets in each other's fields: the
+// probe's guard against reading PTX's LBO/SBO the wrong way round for K-major no-swizzle layouts
+// (exactly one of the two variants can be right).
+template <bool kSwapOffsets>
+__device__ __forceinline__ uint64_t desc(uint32_t address, uint32_t sbo) {
+  return kSwapOffsets ? smem_desc(address, sbo, 128) : smem_desc(address, 128, sbo);
+}
+
 __device__ __forceinline__ uint32_t big_half(float x) { return __float_as_uint(x) & 0xffffe000u; }
 __device__ __forceinline__ uint32_t small_half(float x) {
   return __float_as_uint(x - __uint_as_float(big_half(x)));
@@ -168,7 +177,7 @@ __device__ __forceinline__ void step_3xtf32(float (&acc)[N / 2], const uint32_t 
   WgmmaTf32<N>::run(acc, a_big, b_big);
 }
 
-template <int kDownWgs, int kWgCols>
+template <int kDownWgs, int kWgCols, bool kSwapOffsets>
 __global__ void __launch_bounds__(kThreads, 1)
     fused_wgmma_3xtf32(const float* __restrict__ hidden, const float* __restrict__ w_down,
                        const float* __restrict__ w_up_k, const float* __restrict__ w_up_v,
@@ -189,6 +198,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int t0 = blockIdx.x * kTileTokens + row0, t1 = t0 + 8;
   const bool down_wg = wg < kDownWgs;
 
+  // Every load of the prologue is issued before the first is used: w_down's (48 a thread), the
+  // hidden fragments, then the up columns' after w_down is stored.
+  //
+  // w_down^T: chunk (n, kq) = 4 consecutive logical k of row n; logical k of step s = 2 u + e at
+  // position kappa is physical row 16 u + 4 (kappa % 4) + 2 e + kappa / 4, so chunk kq holds rows
+  // 16 (kq / 4) + kq % 4 + 4 i, i = 0..3. Lanes take consecutive n: coalesced loads, and 16-byte
+  // stores whose 8-lane phases cover one core matrix row each (no bank conflicts).
+  constexpr int kDownChunks = kR * (kD / 4) / kThreads;
+  static_assert(kDownChunks * kThreads == kR * (kD / 4), "whole chunks per thread");
+  float w[kDownChunks][4];
+#pragma unroll
+  for (int c = 0; c < kDownChunks; ++c) {
+    const int i = c * kThreads + tid, n = i % kR, kq = i / kR;
+    const int p = 16 * (kq / 4) + kq % 4;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) w[c][e] = __ldg(w_down + (p + 4 * e) * kR + n);
+  }
+
   // The lane's hidden values: columns 16 u + 4 q .. + 3 of rows t0 and t1 (zeros past T).
   float4 h0[kD / 16], h1[kD / 16];
   if (down_wg) {
@@ -204,33 +231,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  // w_down^T: chunk (n, kq) = 4 consecutive logical k of row n; logical k of step s = 2 u + e at
-  // position kappa is physical row 16 u + 4 (kappa % 4) + 2 e + kappa / 4, so chunk kq holds rows
-  // 16 (kq / 4) + kq % 4 + 4 i, i = 0..3.
-  for (int i = tid; i < kR * (kD / 4); i += kThreads) {
-    const int n = i % kR, kq = i / kR;
-    const int p = 16 * (kq / 4) + kq % 4;
-    float v[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] = __ldg(w_down + (p + 4 * e) * kR + n);
+  for (int c = 0; c < kDownChunks; ++c) {
+    const int i = c * kThreads + tid, n = i % kR, kq = i / kR;
     uint32_t big[4], small[4];
-    split4(v, big, small);
+    split4(w[c], big, small);
     const int at = (n / 8) * (kDownSbo / 4) + kq * 32 + (n % 8) * 4;
     *reinterpret_cast<uint4*>(down_big + at) = make_uint4(big[0], big[1], big[2], big[3]);
     *reinterpret_cast<uint4*>(down_small + at) = make_uint4(small[0], small[1], small[2], small[3]);
   }
+
   // [w_up_k | w_up_v]^T: logical k of up step j at position kappa is latent column
   // 8 j + 2 (kappa % 4) + kappa / 4, so chunk kq = 2 j + h holds rows 8 j + 2 i + h.
-  for (int i = tid; i < kBlockCols * (kR / 4); i += kThreads) {
-    const int n = i % kBlockCols, kq = i / kBlockCols;
-    const int j = kq / 2, h = kq % 2;
-    const int c = col0 + n;
-    const float* src = c < kN ? w_up_k + c : w_up_v + (c - kN);
-    float v[4];
+  constexpr int kUpChunks = kBlockCols * (kR / 4) / kThreads;
+  static_assert(kUpChunks * kThreads == kBlockCols * (kR / 4), "whole chunks per thread");
+  float v[kUpChunks][4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] = __ldg(src + (8 * j + 2 * e + h) * kN);
+  for (int c = 0; c < kUpChunks; ++c) {
+    const int i = c * kThreads + tid, n = i % kBlockCols, kq = i / kBlockCols;
+    const int j = kq / 2, h = kq % 2;
+    const int col = col0 + n;
+    const float* src = col < kN ? w_up_k + col : w_up_v + (col - kN);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[c][e] = __ldg(src + (8 * j + 2 * e + h) * kN);
+  }
+#pragma unroll
+  for (int c = 0; c < kUpChunks; ++c) {
+    const int i = c * kThreads + tid, n = i % kBlockCols, kq = i / kBlockCols;
     uint32_t big[4], small[4];
-    split4(v, big, small);
+    split4(v[c], big, small);
     const int at = (n / 8) * (kUpSbo / 4) + kq * 32 + (n % 8) * 4;
     *reinterpret_cast<uint4*>(up_big + at) = make_uint4(big[0], big[1], big[2], big[3]);
     *reinterpret_cast<uint4*>(up_small + at) = make_uint4(small[0], small[1], small[2], small[3]);
@@ -262,8 +291,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int e = 0; e < 2; ++e) {
         const uint32_t at = (2 * u + e) * 256;  // two core matrices of 128 B per step
         step_3xtf32<kDownCols>(acc, a_big[set][e], a_small[set][e],
-                               smem_desc(b_big + at, 128, kDownSbo),
-                               smem_desc(b_small + at, 128, kDownSbo));
+                               desc<kSwapOffsets>(b_big + at, kDownSbo),
+                               desc<kSwapOffsets>(b_small + at, kDownSbo));
       }
       wgmma_commit();
     }
@@ -302,8 +331,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int j = 0; j < kR / 8; ++j) {
     const uint32_t at = j * 256;
-    step_3xtf32<kWgCols>(acc, a_big[j], a_small[j], smem_desc(b_big + at, 128, kUpSbo),
-                         smem_desc(b_small + at, 128, kUpSbo));
+    step_3xtf32<kWgCols>(acc, a_big[j], a_small[j], desc<kSwapOffsets>(b_big + at, kUpSbo),
+                         desc<kSwapOffsets>(b_small + at, kUpSbo));
   }
   wgmma_commit();
   wgmma_wait<0>();
@@ -322,27 +351,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <int kDownWgs, int kWgCols>
+template <int kWgCols>
 constexpr size_t smem_bytes() {
   return sizeof(uint32_t) * (2 * kR * kD + 2 * 2 * kWgCols * kR) +
          sizeof(float) * kTileTokens * kLatentLd;
 }
 
-template <int kDownWgs, int kWgCols>
+template <int kDownWgs, int kWgCols, bool kSwapOffsets = false>
 cudaError_t launch(const float* hidden, const float* w_down, const float* w_up_k,
                    const float* w_up_v, float* out, int tokens, cudaStream_t stream) {
   const dim3 grid((tokens + kTileTokens - 1) / kTileTokens, kCols / (2 * kWgCols));
-  fused_wgmma_3xtf32<kDownWgs, kWgCols>
-      <<<grid, kThreads, smem_bytes<kDownWgs, kWgCols>(), stream>>>(hidden, w_down, w_up_k,
+  fused_wgmma_3xtf32<kDownWgs, kWgCols, kSwapOffsets>
+      <<<grid, kThreads, smem_bytes<kWgCols>(), stream>>>(hidden, w_down, w_up_k,
                                                                       w_up_v, out, tokens);
   return cudaGetLastError();
 }
 
-template <int kDownWgs, int kWgCols>
+template <int kDownWgs, int kWgCols, bool kSwapOffsets = false>
 cudaError_t opt_in() {
-  return cudaFuncSetAttribute(fused_wgmma_3xtf32<kDownWgs, kWgCols>,
+  return cudaFuncSetAttribute(fused_wgmma_3xtf32<kDownWgs, kWgCols, kSwapOffsets>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(smem_bytes<kDownWgs, kWgCols>()));
+                              static_cast<int>(smem_bytes<kWgCols>()));
 }
 
 using LaunchFn = cudaError_t (*)(const float*, const float*, const float*, const float*, float*,
@@ -358,6 +387,7 @@ const Variant kVariants[] = {
     {"wg1_c128", opt_in<1, 128>, launch<1, 128>},  // warpgroup 0 alone runs it
     {"wg2_c64", opt_in<2, 64>, launch<2, 64>},     // two column blocks per tile
     {"wg2_c32", opt_in<2, 32>, launch<2, 32>},     // four
+    {"wg2_c128_swap", opt_in<2, 128, true>, launch<2, 128, true>},  // LBO and SBO swapped
 };
 
 // One copy of the inputs and the output, [2, T, H, Dh].

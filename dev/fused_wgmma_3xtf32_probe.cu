@@ -15,7 +15,8 @@
 //     (core matrices of 8 rows x 16 bytes; LBO = 128 B along K, SBO between 8-row groups);
 //     the down warpgroups' hidden fragments (rows g, g+8 of each warp's 16, all of D) into
 //     registers by 16-byte loads, issued first;
-//   down: latent [64, 48] = hidden @ w_down; kDownWgs warpgroups, each 48 / kDownWgs columns, K
+//   down: latent [64, 48] = hidden @ w_down; kDownWgs warpgroups, each 48 / kDownWgs columns (or,
+//     kSplitDepth, each half of D's K pairs over all 48 columns, the partial tiles added by up), K
 //     permuted within each 16 so a lane's four hidden values per 16 are one float4 (the weights
 //     are stored in the same permuted order); the accumulators go to shared memory;
 //   up: each warpgroup [64, kWgCols] = latent @ its columns, A from the latent tile (K permuted
@@ -177,19 +178,25 @@ __device__ __forceinline__ void step_3xtf32(float (&acc)[N / 2], const uint32_t 
   WgmmaTf32<N>::run(acc, a_big, b_big);
 }
 
-template <int kDownWgs, int kWgCols, bool kSwapOffsets>
+// kSplitDepth (with kDownWgs = 2): the warpgroups split the down product's K (D) instead of its
+// columns, each over all 48 columns and half of D's K pairs (half the hidden loads and half the
+// dependent wgmma chain a warpgroup), into two partial latent tiles that the up product adds.
+template <int kDownWgs, int kWgCols, bool kSwapOffsets, bool kSplitDepth = false>
 __global__ void __launch_bounds__(kThreads, 1)
     fused_wgmma_3xtf32(const float* __restrict__ hidden, const float* __restrict__ w_down,
                        const float* __restrict__ w_up_k, const float* __restrict__ w_up_v,
                        float* __restrict__ out, int tokens) {
   constexpr int kBlockCols = 2 * kWgCols;
-  constexpr int kDownCols = kR / kDownWgs;
+  static_assert(!kSplitDepth || kDownWgs == 2, "the depth split takes both warpgroups");
+  constexpr int kDownCols = kSplitDepth ? kR : kR / kDownWgs;
+  constexpr int kPairs = kSplitDepth ? kD / 32 : kD / 16;  // K pairs a down warpgroup takes
   extern __shared__ __align__(128) unsigned char smem[];
   uint32_t* down_big = reinterpret_cast<uint32_t*>(smem);  // w_down^T [48][256], core matrices
   uint32_t* down_small = down_big + kR * kD;
   uint32_t* up_big = down_small + kR * kD;  // the block's [w_up_k | w_up_v]^T [kBlockCols][48]
   uint32_t* up_small = up_big + kBlockCols * kR;
   float* latent = reinterpret_cast<float*>(up_small + kBlockCols * kR);  // [64][kLatentLd]
+  // kSplitDepth: warpgroup 1's partial latent tile follows warpgroup 0's.
 
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, q = lane % 4;
@@ -197,6 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int row0 = 16 * warp + g;  // the lane's rows row0 and row0 + 8 of the tile
   const int t0 = blockIdx.x * kTileTokens + row0, t1 = t0 + 8;
   const bool down_wg = wg < kDownWgs;
+  const int u0 = kSplitDepth ? wg * kPairs : 0;  // the warpgroup's first K pair
 
   // Every load of the prologue is issued before the first is used: w_down's (48 a thread), the
   // hidden fragments, then the up columns' after w_down is stored.
@@ -216,17 +224,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int e = 0; e < 4; ++e) w[c][e] = __ldg(w_down + (p + 4 * e) * kR + n);
   }
 
-  // The lane's hidden values: columns 16 u + 4 q .. + 3 of rows t0 and t1 (zeros past T).
-  float4 h0[kD / 16], h1[kD / 16];
+  // The lane's hidden values: columns 16 (u0 + u) + 4 q .. + 3 of rows t0 and t1 (zeros past T).
+  float4 h0[kPairs], h1[kPairs];
   if (down_wg) {
 #pragma unroll
-    for (int u = 0; u < kD / 16; ++u) {
+    for (int u = 0; u < kPairs; ++u) {
       const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+      const int c = 16 * (u0 + u) + 4 * q;
       h0[u] = t0 < tokens ? __ldg(reinterpret_cast<const float4*>(
-                                hidden + static_cast<int64_t>(t0) * kD + 16 * u + 4 * q))
+                                hidden + static_cast<int64_t>(t0) * kD + c))
                           : zero;
       h1[u] = t1 < tokens ? __ldg(reinterpret_cast<const float4*>(
-                                hidden + static_cast<int64_t>(t1) * kD + 16 * u + 4 * q))
+                                hidden + static_cast<int64_t>(t1) * kD + c))
                           : zero;
     }
   }
@@ -272,14 +281,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     float acc[kDownCols / 2];
 #pragma unroll
     for (int i = 0; i < kDownCols / 2; ++i) acc[i] = 0.f;
-    const uint32_t b_big = static_cast<uint32_t>(__cvta_generic_to_shared(down_big)) +
-                           (wg * kDownCols / 8) * kDownSbo;
-    const uint32_t b_small = static_cast<uint32_t>(__cvta_generic_to_shared(down_small)) +
-                             (wg * kDownCols / 8) * kDownSbo;
+    const int n0 = kSplitDepth ? 0 : wg * kDownCols;  // the warpgroup's first latent column
+    const uint32_t b_big =
+        static_cast<uint32_t>(__cvta_generic_to_shared(down_big)) + (n0 / 8) * kDownSbo;
+    const uint32_t b_small =
+        static_cast<uint32_t>(__cvta_generic_to_shared(down_small)) + (n0 / 8) * kDownSbo;
     uint32_t a_big[2][2][4], a_small[2][2][4];  // [register set][e][fragment]
     fence_registers(acc);
 #pragma unroll
-    for (int u = 0; u < kD / 16; ++u) {
+    for (int u = 0; u < kPairs; ++u) {
       const int set = u % 2;
       if (u >= 2) wgmma_wait<1>();  // the group that read this set (u - 2) is done
       const float x0[4] = {h0[u].x, h1[u].x, h0[u].y, h1[u].y};
@@ -289,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const uint32_t at = (2 * u + e) * 256;  // two core matrices of 128 B per step
+        const uint32_t at = (2 * (u0 + u) + e) * 256;  // two core matrices of 128 B per step
         step_3xtf32<kDownCols>(acc, a_big[set][e], a_small[set][e],
                                desc<kSwapOffsets>(b_big + at, kDownSbo),
                                desc<kSwapOffsets>(b_small + at, kDownSbo));
@@ -299,11 +309,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     fence_registers(acc);
     // Accumulator 4 j + {0, 1} is row row0, columns 8 j + 2 q + {0, 1}; 4 j + {2, 3} row row0 + 8.
+    float* tile = latent + (kSplitDepth ? wg * kTileTokens * kLatentLd : 0);
 #pragma unroll
     for (int j = 0; j < kDownCols / 8; ++j) {
-      const int c = wg * kDownCols + 8 * j + 2 * q;
-      *reinterpret_cast<float2*>(latent + row0 * kLatentLd + c) = make_float2(acc[4 * j], acc[4 * j + 1]);
-      *reinterpret_cast<float2*>(latent + (row0 + 8) * kLatentLd + c) =
+      const int c = n0 + 8 * j + 2 * q;
+      *reinterpret_cast<float2*>(tile + row0 * kLatentLd + c) = make_float2(acc[4 * j], acc[4 * j + 1]);
+      *reinterpret_cast<float2*>(tile + (row0 + 8) * kLatentLd + c) =
           make_float2(acc[4 * j + 2], acc[4 * j + 3]);
     }
   }
@@ -316,9 +327,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t a_big[kR / 8][4], a_small[kR / 8][4];
 #pragma unroll
   for (int j = 0; j < kR / 8; ++j) {
-    const float2 l0 = *reinterpret_cast<const float2*>(latent + row0 * kLatentLd + 8 * j + 2 * q);
-    const float2 l1 =
-        *reinterpret_cast<const float2*>(latent + (row0 + 8) * kLatentLd + 8 * j + 2 * q);
+    float2 l0 = *reinterpret_cast<const float2*>(latent + row0 * kLatentLd + 8 * j + 2 * q);
+    float2 l1 = *reinterpret_cast<const float2*>(latent + (row0 + 8) * kLatentLd + 8 * j + 2 * q);
+    if constexpr (kSplitDepth) {  // plus warpgroup 1's partial tile
+      const float* tile = latent + kTileTokens * kLatentLd;
+      const float2 m0 = *reinterpret_cast<const float2*>(tile + row0 * kLatentLd + 8 * j + 2 * q);
+      const float2 m1 =
+          *reinterpret_cast<const float2*>(tile + (row0 + 8) * kLatentLd + 8 * j + 2 * q);
+      l0 = make_float2(l0.x + m0.x, l0.y + m0.y);
+      l1 = make_float2(l1.x + m1.x, l1.y + m1.y);
+    }
     const float x[4] = {l0.x, l1.x, l0.y, l1.y};
     split4(x, a_big[j], a_small[j]);
   }
@@ -351,27 +369,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <int kWgCols>
+template <int kWgCols, bool kSplitDepth = false>
 constexpr size_t smem_bytes() {
   return sizeof(uint32_t) * (2 * kR * kD + 2 * 2 * kWgCols * kR) +
-         sizeof(float) * kTileTokens * kLatentLd;
+         sizeof(float) * (kSplitDepth ? 2 : 1) * kTileTokens * kLatentLd;
 }
 
-template <int kDownWgs, int kWgCols, bool kSwapOffsets = false>
+template <int kDownWgs, int kWgCols, bool kSwapOffsets = false, bool kSplitDepth = false>
 cudaError_t launch(const float* hidden, const float* w_down, const float* w_up_k,
                    const float* w_up_v, float* out, int tokens, cudaStream_t stream) {
   const dim3 grid((tokens + kTileTokens - 1) / kTileTokens, kCols / (2 * kWgCols));
-  fused_wgmma_3xtf32<kDownWgs, kWgCols, kSwapOffsets>
-      <<<grid, kThreads, smem_bytes<kWgCols>(), stream>>>(hidden, w_down, w_up_k,
-                                                                      w_up_v, out, tokens);
+  fused_wgmma_3xtf32<kDownWgs, kWgCols, kSwapOffsets, kSplitDepth>
+      <<<grid, kThreads, smem_bytes<kWgCols, kSplitDepth>(), stream>>>(hidden, w_down, w_up_k,
+                                                                       w_up_v, out, tokens);
   return cudaGetLastError();
 }
 
-template <int kDownWgs, int kWgCols, bool kSwapOffsets = false>
+template <int kDownWgs, int kWgCols, bool kSwapOffsets = false, bool kSplitDepth = false>
 cudaError_t opt_in() {
-  return cudaFuncSetAttribute(fused_wgmma_3xtf32<kDownWgs, kWgCols, kSwapOffsets>,
+  return cudaFuncSetAttribute(fused_wgmma_3xtf32<kDownWgs, kWgCols, kSwapOffsets, kSplitDepth>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(smem_bytes<kWgCols>()));
+                              static_cast<int>(smem_bytes<kWgCols, kSplitDepth>()));
 }
 
 using LaunchFn = cudaError_t (*)(const float*, const float*, const float*, const float*, float*,
@@ -387,6 +405,8 @@ const Variant kVariants[] = {
     {"wg1_c128", opt_in<1, 128>, launch<1, 128>},  // warpgroup 0 alone runs it
     {"wg2_c64", opt_in<2, 64>, launch<2, 64>},     // two column blocks per tile
     {"wg2_c32", opt_in<2, 32>, launch<2, 32>},     // four
+    {"ks_c128", opt_in<2, 128, false, true>, launch<2, 128, false, true>},  // split over D
+    {"ks_c32", opt_in<2, 32, false, true>, launch<2, 32, false, true>},
     {"wg2_c128_swap", opt_in<2, 128, true>, launch<2, 128, true>},  // LBO and SBO swapped
 };
 

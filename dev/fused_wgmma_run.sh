@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call for dev/fused_wgmma_3xtf32_probe.cu (issue 17, many tokens at the founding
-# widths): builds the library (Release) and the probe, runs the probe's errors under
-# compute-sanitizer memcheck and racecheck (T = 1, 100, 733), then its sweep against the library's
-# kAuto in the same process. Output: stdout and $OUT/fused_wgmma.txt; the table is last.
+# widths): builds the library (Release) and the probe, runs its sweep against the library's kAuto in the same process (errors, then times), then
+# compute-sanitizer memcheck and racecheck (T = 1, 100, 733) and ncu of each variant at T=6144 and
+# T=384 (one launch each: --check mode; clocks not locked; $OUT/ncu_*.txt). Everything is written
+# to $OUT/fused_wgmma.txt as it comes, so a call cut at its time limit keeps what ran.
 # Usage (run tool, no carry): bash dev/fused_wgmma_run.sh [token counts...]
 set -uo pipefail
 mkdir -p "${OUT:-/tmp/out}"
@@ -19,10 +20,19 @@ NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
   dev/fused_wgmma_3xtf32_probe.cu "$build/src/liblatentkv.a" -lcublasLt -lcublas \
   -o /tmp/fused_wgmma_probe 2>&1 | grep -E "registers|spill|warn" | tee -a "$log"
 [ -x /tmp/fused_wgmma_probe ] || exit 1
+echo "== sweep" | tee -a "$log"
+timeout 240 /tmp/fused_wgmma_probe "$@" 2>&1 | tee -a "$log"
 for tool in memcheck racecheck; do
-  echo "== compute-sanitizer $tool (probe kernels and the library's)" | tee -a "$log"
-  timeout 240 compute-sanitizer --tool "$tool" --kernel-name regex:fused_wgmma \
+  echo "== compute-sanitizer $tool (the probe's kernels)" | tee -a "$log"
+  timeout 120 compute-sanitizer --tool "$tool" --kernel-name regex:fused_wgmma \
     /tmp/fused_wgmma_probe --check 1 100 733 2>&1 | tail -8 | tee -a "$log"
 done
-echo "== sweep" | tee -a "$log"
-timeout 300 /tmp/fused_wgmma_probe "$@" 2>&1 | tee -a "$log"
+for t in 6144 384; do
+  timeout 100 ncu --clock-control none -k regex:fused_wgmma \
+    --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    /tmp/fused_wgmma_probe --check $t > "$OUT/ncu_$t.txt" 2>&1
+  echo "== ncu T=$t (variants in the sweep's order)" | tee -a "$log"
+  grep -E "^  fused_wgmma|Duration|Issued Ipc Active|Registers Per|Stall|DRAM Throughput|Compute \(SM\) Throughput" \
+    "$OUT/ncu_$t.txt" | cut -c1-110 | head -40 | tee -a "$log"
+done

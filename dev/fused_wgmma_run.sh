@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device call for dev/fused_wgmma_3xtf32_probe.cu (issue 17, many tokens at the founding
 # widths): builds the library (Release) and the probe, runs its sweep against the library's kAuto
-# in the same process (errors, then times), then compute-sanitizer memcheck and racecheck (T = 1, 100, 733) and ncu of each variant at T=6144 and
-# T=384 (one launch each: --check mode; clocks not locked; $OUT/ncu_*.txt). Everything is written
-# to $OUT/fused_wgmma.txt as it comes, so a call cut at its time limit keeps what ran.
+# in the same process (errors, then times), then compute-sanitizer memcheck and racecheck (T = 1,
+# 100, 733) and ncu of each variant at T=6144 and T=384 (one launch each: --check mode; clocks not
+# locked; $OUT/ncu_*.txt). Everything is written to $OUT/fused_wgmma.txt as it comes, so a call cut
+# at its time limit keeps what ran.
 # Usage (run tool, no carry): bash dev/fused_wgmma_run.sh [token counts...]
 set -uo pipefail
 mkdir -p "${OUT:-/tmp/out}"

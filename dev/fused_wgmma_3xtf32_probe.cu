@@ -1,5 +1,6 @@
-// Probe (issue 17, many tokens at the founding widths): cuda-fused's projection on Hopper's wgmma in
-// 3xTF32, against the library's kAuto (the token tiles on mma.sync, T >= ~1057) in the same run.
+// Probe (issue 17, the founding widths at every T): cuda-fused's projection on Hopper's wgmma in
+// 3xTF32, against the library's kAuto in the same run (at these widths: the register tiles to
+// ~500 tokens, the tensor-core configuration to ~1000, the token tiles on mma.sync past that).
 //
 // Why: ncu of the token tiles at T=6144 (docs/perf.md) reads 3,280 warp instructions per warp at an
 // issued IPC of 2.09 with the HMMA pipe at 10.7%: each warp splits its own A and B fragments into
@@ -9,25 +10,32 @@
 // registers (wgmma's register-A form): a K step of the down product is 3 wgmma instructions for a
 // 64-token x 48 (or 24) tile instead of 16 warps x 30 instructions.
 //
-// The kernel (founding widths only: D=256, R=48, H*Dh=128, float32, dense rows; T any):
+// The one-block kernel (founding widths only: D=256, R=48, H*Dh=128, float32, dense rows; T any):
 //   block = 2 warpgroups, one 64-token tile, columns [col0, col0 + 2 kWgCols) of [K | V];
 //   prologue: w_down^T and the block's columns of [w_up_k | w_up_v]^T, split, into shared memory
-//     (core matrices of 8 rows x 16 bytes; LBO = 128 B along K, SBO between 8-row groups);
-//     the down warpgroups' hidden fragments (rows g, g+8 of each warp's 16, all of D) into
-//     registers by 16-byte loads, issued first;
+//     (core matrices of 8 rows x 16 bytes; LBO = 128 B along K, SBO between 8-row groups); the
+//     down warpgroups' hidden fragments (rows g, g+8 of each warp's 16) into registers by 16-byte
+//     loads;
 //   down: latent [64, 48] = hidden @ w_down; kDownWgs warpgroups, each 48 / kDownWgs columns (or,
 //     kSplitDepth, each half of D's K pairs over all 48 columns, the partial tiles added by up), K
 //     permuted within each 16 so a lane's four hidden values per 16 are one float4 (the weights
 //     are stored in the same permuted order); the accumulators go to shared memory;
 //   up: each warpgroup [64, kWgCols] = latent @ its columns, A from the latent tile (K permuted
 //     within each 8 so a lane's values are one float2), stores straight from the accumulators.
+// The cluster kernel (few tokens) splits a tile's work over a cluster of 4 such blocks, each
+// fetching a quarter of the weights and of hidden, the partial latents exchanged through
+// distributed shared memory (its own comment below).
 // 3xTF32: x = big + small, big = x with the low 13 bits cleared; small*big, big*small, big*big
 // into one float32 accumulator (small terms first).
+// Variants (the table's names): wg2_c128 / wg1_c128 / wg2_c64 / wg2_c32 (down by both warpgroups
+// or one; 2 x 128, 64 or 32 columns a block), ks_c128 / ks_c32 (the depth split), cl4_c32 (the
+// cluster), wg2_c128_swap (LBO and SBO swapped: a guard on the descriptor reading, exactly one of
+// it and wg2_c128 can be right).
 //
 // Output: per T, max |err| / max |ref| against float64 for the library and each variant (outputs
 // poisoned with NaN first), then the per-call time by graph replay with the inputs rotated over
 // 3x L2 as latentkv-bench does, us. Arguments: token counts (default a sweep), --check for the
-// errors alone (compute-sanitizer). The index algebra (layouts, permutations, fragments) is
+// errors alone (compute-sanitizer, ncu). The index algebra (layouts, permutations, fragments) is
 // emulated on the CPU by dev/fused_wgmma_3xtf32_emulate.py. Build and run (GPU machine):
 //   bash dev/fused_wgmma_run.sh
 #include <cuda_runtime.h>
@@ -168,6 +176,16 @@ __device__ __forceinline__ void split4(const float (&x)[4], uint32_t (&big)[4],
   }
 }
 
+// The A fragments of a K pair from a lane's float4s of rows g (r0) and g + 8 (r1): step e = 0
+// takes (x, y), e = 1 (z, w) (the permuted K order above), split.
+__device__ __forceinline__ void split_pair(const float4& r0, const float4& r1,
+                                           uint32_t (&big)[2][4], uint32_t (&small)[2][4]) {
+  const float x0[4] = {r0.x, r1.x, r0.y, r1.y};
+  const float x1[4] = {r0.z, r1.z, r0.w, r1.w};
+  split4(x0, big[0], small[0]);
+  split4(x1, big[1], small[1]);
+}
+
 // One K step in 3xTF32: small(a) big(b), big(a) small(b), big(a) big(b) into acc.
 template <int N>
 __device__ __forceinline__ void step_3xtf32(float (&acc)[N / 2], const uint32_t (&a_big)[4],
@@ -176,6 +194,133 @@ __device__ __forceinline__ void step_3xtf32(float (&acc)[N / 2], const uint32_t 
   WgmmaTf32<N>::run(acc, a_small, b_big);
   WgmmaTf32<N>::run(acc, a_big, b_small);
   WgmmaTf32<N>::run(acc, a_big, b_big);
+}
+
+// K steps `step` and `step` + 1 (a K pair: 2 core matrices of 128 B per step along K) of B at
+// b_big / b_small (SBO `sbo`), A from split_pair.
+template <int N, bool kSwapOffsets>
+__device__ __forceinline__ void pair_3xtf32(float (&acc)[N / 2], const uint32_t (&a_big)[2][4],
+                                            const uint32_t (&a_small)[2][4], uint32_t b_big,
+                                            uint32_t b_small, int step, uint32_t sbo) {
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const uint32_t at = (step + e) * 256;
+    step_3xtf32<N>(acc, a_big[e], a_small[e], desc<kSwapOffsets>(b_big + at, sbo),
+                   desc<kSwapOffsets>(b_small + at, sbo));
+  }
+}
+
+// A warpgroup's up product and its stores: A is the sum of kTiles latent tiles (64 x kLatentLd
+// each, back to back from `tiles`) at latent columns 8 j + 2 q, + 1 of rows row0, row0 + 8; B its
+// kColsWg columns at b_big / b_small (SBO kUpSbo); out columns first_col + 8 j + 2 q, + 1 of
+// tokens t0 and t0 + 8 (those below T).
+template <int kColsWg, int kTiles, bool kSwapOffsets>
+__device__ __forceinline__ void up_and_store(const float* tiles, uint32_t b_big, uint32_t b_small,
+                                             int first_col, int row0, int q, int t0, int tokens,
+                                             float* __restrict__ out) {
+  float acc[kColsWg / 2];
+#pragma unroll
+  for (int i = 0; i < kColsWg / 2; ++i) acc[i] = 0.f;
+  uint32_t a_big[kR / 8][4], a_small[kR / 8][4];
+#pragma unroll
+  for (int j = 0; j < kR / 8; ++j) {
+    float2 l0 = make_float2(0.f, 0.f), l1 = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int s = 0; s < kTiles; ++s) {
+      const float* tile = tiles + s * kTileTokens * kLatentLd;
+      const float2 m0 = *reinterpret_cast<const float2*>(tile + row0 * kLatentLd + 8 * j + 2 * q);
+      const float2 m1 =
+          *reinterpret_cast<const float2*>(tile + (row0 + 8) * kLatentLd + 8 * j + 2 * q);
+      l0 = make_float2(l0.x + m0.x, l0.y + m0.y);
+      l1 = make_float2(l1.x + m1.x, l1.y + m1.y);
+    }
+    const float x[4] = {l0.x, l1.x, l0.y, l1.y};
+    split4(x, a_big[j], a_small[j]);
+  }
+  fence_registers(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < kR / 8; ++j) {
+    const uint32_t at = j * 256;
+    step_3xtf32<kColsWg>(acc, a_big[j], a_small[j], desc<kSwapOffsets>(b_big + at, kUpSbo),
+                         desc<kSwapOffsets>(b_small + at, kUpSbo));
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_registers(acc);
+  // Accumulator 4 j + {0, 1}: row row0, columns 8 j + 2 q + {0, 1}; 4 j + {2, 3}: row row0 + 8.
+#pragma unroll
+  for (int j = 0; j < kColsWg / 8; ++j) {
+    const int c = first_col + 8 * j + 2 * q;
+    const int kv = c / kN, n = c % kN;
+    float* base = out + static_cast<int64_t>(kv) * tokens * kN + n;
+    if (t0 < tokens) store2(base + static_cast<int64_t>(t0) * kN, acc[4 * j], acc[4 * j + 1]);
+    if (t0 + 8 < tokens) {
+      store2(base + static_cast<int64_t>(t0 + 8) * kN, acc[4 * j + 2], acc[4 * j + 3]);
+    }
+  }
+}
+
+// A chunk of 4 K-consecutive values, split, as one 16-byte store into each half (word `at`).
+__device__ __forceinline__ void store_split_chunk(const float (&x)[4], uint32_t* big_out,
+                                                  uint32_t* small_out, int at) {
+  uint32_t big[4], small[4];
+  split4(x, big, small);
+  *reinterpret_cast<uint4*>(big_out + at) = make_uint4(big[0], big[1], big[2], big[3]);
+  *reinterpret_cast<uint4*>(small_out + at) = make_uint4(small[0], small[1], small[2], small[3]);
+}
+
+// w_down^T for D rows [k0, k0 + kDepth), split, into big and small [48][kDepth] (core matrices,
+// SBO = kDepth / 4 x 128 bytes): chunk (n, kq) = 4 consecutive logical K positions of latent
+// column n; logical k of step s = 2 u + e at position kappa is D row k0 + 16 u + 4 (kappa % 4) +
+// 2 e + kappa / 4, so chunk kq holds rows k0 + 16 (kq / 4) + kq % 4 + 4 i, i = 0..3. Lanes take
+// consecutive n: coalesced loads, and 16-byte stores whose 8-lane phases cover one core matrix row
+// each (no bank conflicts). Every load of a thread is issued before its first store.
+template <int kDepth>
+__device__ __forceinline__ void stage_down_rows(const float* __restrict__ w_down, int k0,
+                                                uint32_t* big_out, uint32_t* small_out, int tid) {
+  constexpr int kChunks = kR * (kDepth / 4) / kThreads;
+  static_assert(kChunks * kThreads == kR * (kDepth / 4), "whole chunks per thread");
+  constexpr int kSbo = (kDepth / 4) * 128;
+  float w[kChunks][4];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = c * kThreads + tid, n = i % kR, kq = i / kR;
+    const int p = k0 + 16 * (kq / 4) + kq % 4;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) w[c][e] = __ldg(w_down + (p + 4 * e) * kR + n);
+  }
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = c * kThreads + tid, n = i % kR, kq = i / kR;
+    store_split_chunk(w[c], big_out, small_out, (n / 8) * (kSbo / 4) + kq * 32 + (n % 8) * 4);
+  }
+}
+
+// Columns [col0, col0 + kCount) of [w_up_k | w_up_v], transposed and split, into big and small
+// [kCount][48] (SBO kUpSbo): logical k of up step j at position kappa is latent row
+// 8 j + 2 (kappa % 4) + kappa / 4, so chunk kq = 2 j + h holds rows 8 j + 2 i + h.
+template <int kCount>
+__device__ __forceinline__ void stage_up_columns(const float* __restrict__ w_up_k,
+                                                 const float* __restrict__ w_up_v, int col0,
+                                                 uint32_t* big_out, uint32_t* small_out, int tid) {
+  constexpr int kChunks = kCount * (kR / 4) / kThreads;
+  static_assert(kChunks * kThreads == kCount * (kR / 4), "whole chunks per thread");
+  float v[kChunks][4];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = c * kThreads + tid, n = i % kCount, kq = i / kCount;
+    const int j = kq / 2, h = kq % 2;
+    const int col = col0 + n;
+    const float* src = col < kN ? w_up_k + col : w_up_v + (col - kN);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[c][e] = __ldg(src + (8 * j + 2 * e + h) * kN);
+  }
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = c * kThreads + tid, n = i % kCount, kq = i / kCount;
+    store_split_chunk(v[c], big_out, small_out, (n / 8) * (kUpSbo / 4) + kq * 32 + (n % 8) * 4);
+  }
 }
 
 // kSplitDepth (with kDownWgs = 2): the warpgroups split the down product's K (D) instead of its
@@ -206,23 +351,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool down_wg = wg < kDownWgs;
   const int u0 = kSplitDepth ? wg * kPairs : 0;  // the warpgroup's first K pair
 
-  // Every load of the prologue is issued before the first is used: w_down's (48 a thread), the
-  // hidden fragments, then the up columns' after w_down is stored.
-  //
-  // w_down^T: chunk (n, kq) = 4 consecutive logical k of row n; logical k of step s = 2 u + e at
-  // position kappa is physical row 16 u + 4 (kappa % 4) + 2 e + kappa / 4, so chunk kq holds rows
-  // 16 (kq / 4) + kq % 4 + 4 i, i = 0..3. Lanes take consecutive n: coalesced loads, and 16-byte
-  // stores whose 8-lane phases cover one core matrix row each (no bank conflicts).
-  constexpr int kDownChunks = kR * (kD / 4) / kThreads;
-  static_assert(kDownChunks * kThreads == kR * (kD / 4), "whole chunks per thread");
-  float w[kDownChunks][4];
-#pragma unroll
-  for (int c = 0; c < kDownChunks; ++c) {
-    const int i = c * kThreads + tid, n = i % kR, kq = i / kR;
-    const int p = 16 * (kq / 4) + kq % 4;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) w[c][e] = __ldg(w_down + (p + 4 * e) * kR + n);
-  }
+  // The weights, split, into shared memory (each helper issues all of a thread's loads before it
+  // stores any), then the hidden fragments.
+  stage_down_rows<kD>(w_down, 0, down_big, down_small, tid);
+  stage_up_columns<kBlockCols>(w_up_k, w_up_v, col0, up_big, up_small, tid);
 
   // The lane's hidden values: columns 16 (u0 + u) + 4 q .. + 3 of rows t0 and t1 (zeros past T).
   float4 h0[kPairs], h1[kPairs];
@@ -240,39 +372,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-#pragma unroll
-  for (int c = 0; c < kDownChunks; ++c) {
-    const int i = c * kThreads + tid, n = i % kR, kq = i / kR;
-    uint32_t big[4], small[4];
-    split4(w[c], big, small);
-    const int at = (n / 8) * (kDownSbo / 4) + kq * 32 + (n % 8) * 4;
-    *reinterpret_cast<uint4*>(down_big + at) = make_uint4(big[0], big[1], big[2], big[3]);
-    *reinterpret_cast<uint4*>(down_small + at) = make_uint4(small[0], small[1], small[2], small[3]);
-  }
-
-  // [w_up_k | w_up_v]^T: logical k of up step j at position kappa is latent column
-  // 8 j + 2 (kappa % 4) + kappa / 4, so chunk kq = 2 j + h holds rows 8 j + 2 i + h.
-  constexpr int kUpChunks = kBlockCols * (kR / 4) / kThreads;
-  static_assert(kUpChunks * kThreads == kBlockCols * (kR / 4), "whole chunks per thread");
-  float v[kUpChunks][4];
-#pragma unroll
-  for (int c = 0; c < kUpChunks; ++c) {
-    const int i = c * kThreads + tid, n = i % kBlockCols, kq = i / kBlockCols;
-    const int j = kq / 2, h = kq % 2;
-    const int col = col0 + n;
-    const float* src = col < kN ? w_up_k + col : w_up_v + (col - kN);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) v[c][e] = __ldg(src + (8 * j + 2 * e + h) * kN);
-  }
-#pragma unroll
-  for (int c = 0; c < kUpChunks; ++c) {
-    const int i = c * kThreads + tid, n = i % kBlockCols, kq = i / kBlockCols;
-    uint32_t big[4], small[4];
-    split4(v[c], big, small);
-    const int at = (n / 8) * (kUpSbo / 4) + kq * 32 + (n % 8) * 4;
-    *reinterpret_cast<uint4*>(up_big + at) = make_uint4(big[0], big[1], big[2], big[3]);
-    *reinterpret_cast<uint4*>(up_small + at) = make_uint4(small[0], small[1], small[2], small[3]);
-  }
   fence_async_shared();
   __syncthreads();
 
@@ -292,18 +391,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int u = 0; u < kPairs; ++u) {
       const int set = u % 2;
       if (u >= 2) wgmma_wait<1>();  // the group that read this set (u - 2) is done
-      const float x0[4] = {h0[u].x, h1[u].x, h0[u].y, h1[u].y};
-      const float x1[4] = {h0[u].z, h1[u].z, h0[u].w, h1[u].w};
-      split4(x0, a_big[set][0], a_small[set][0]);
-      split4(x1, a_big[set][1], a_small[set][1]);
+      split_pair(h0[u], h1[u], a_big[set], a_small[set]);
       wgmma_fence();
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const uint32_t at = (2 * (u0 + u) + e) * 256;  // two core matrices of 128 B per step
-        step_3xtf32<kDownCols>(acc, a_big[set][e], a_small[set][e],
-                               desc<kSwapOffsets>(b_big + at, kDownSbo),
-                               desc<kSwapOffsets>(b_small + at, kDownSbo));
-      }
+      pair_3xtf32<kDownCols, kSwapOffsets>(acc, a_big[set], a_small[set], b_big, b_small,
+                                           2 * (u0 + u), kDownSbo);
       wgmma_commit();
     }
     wgmma_wait<0>();
@@ -320,53 +411,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  // Up: step j's A is latent columns 8 j + 2 q, + 1 of rows row0, row0 + 8.
-  float acc[kWgCols / 2];
-#pragma unroll
-  for (int i = 0; i < kWgCols / 2; ++i) acc[i] = 0.f;
-  uint32_t a_big[kR / 8][4], a_small[kR / 8][4];
-#pragma unroll
-  for (int j = 0; j < kR / 8; ++j) {
-    float2 l0 = *reinterpret_cast<const float2*>(latent + row0 * kLatentLd + 8 * j + 2 * q);
-    float2 l1 = *reinterpret_cast<const float2*>(latent + (row0 + 8) * kLatentLd + 8 * j + 2 * q);
-    if constexpr (kSplitDepth) {  // plus warpgroup 1's partial tile
-      const float* tile = latent + kTileTokens * kLatentLd;
-      const float2 m0 = *reinterpret_cast<const float2*>(tile + row0 * kLatentLd + 8 * j + 2 * q);
-      const float2 m1 =
-          *reinterpret_cast<const float2*>(tile + (row0 + 8) * kLatentLd + 8 * j + 2 * q);
-      l0 = make_float2(l0.x + m0.x, l0.y + m0.y);
-      l1 = make_float2(l1.x + m1.x, l1.y + m1.y);
-    }
-    const float x[4] = {l0.x, l1.x, l0.y, l1.y};
-    split4(x, a_big[j], a_small[j]);
-  }
+  // Up: the warpgroup's kWgCols columns; A is the latent tile (the two partial tiles' sum with
+  // kSplitDepth).
   const uint32_t b_big = static_cast<uint32_t>(__cvta_generic_to_shared(up_big)) +
                          (wg * kWgCols / 8) * kUpSbo;
   const uint32_t b_small = static_cast<uint32_t>(__cvta_generic_to_shared(up_small)) +
                            (wg * kWgCols / 8) * kUpSbo;
-  fence_registers(acc);
-  wgmma_fence();
-#pragma unroll
-  for (int j = 0; j < kR / 8; ++j) {
-    const uint32_t at = j * 256;
-    step_3xtf32<kWgCols>(acc, a_big[j], a_small[j], desc<kSwapOffsets>(b_big + at, kUpSbo),
-                         desc<kSwapOffsets>(b_small + at, kUpSbo));
-  }
-  wgmma_commit();
-  wgmma_wait<0>();
-  fence_registers(acc);
-#pragma unroll
-  for (int j = 0; j < kWgCols / 8; ++j) {
-    const int c = col0 + wg * kWgCols + 8 * j + 2 * q;
-    const int kv = c / kN, n = c % kN;
-    float* base = out + static_cast<int64_t>(kv) * tokens * kN + n;
-    if (t0 < tokens) {
-      store2(base + static_cast<int64_t>(t0) * kN, acc[4 * j], acc[4 * j + 1]);
-    }
-    if (t1 < tokens) {
-      store2(base + static_cast<int64_t>(t1) * kN, acc[4 * j + 2], acc[4 * j + 3]);
-    }
-  }
+  up_and_store<kWgCols, kSplitDepth ? 2 : 1, kSwapOffsets>(latent, b_big, b_small,
+                                                           col0 + wg * kWgCols, row0, q, t0,
+                                                           tokens, out);
 }
 
 template <int kWgCols, bool kSplitDepth = false>
@@ -392,6 +445,155 @@ cudaError_t opt_in() {
                               static_cast<int>(smem_bytes<kWgCols, kSplitDepth>()));
 }
 
+// ---- The cluster variant (few tokens: T <= ~1000) ----
+// A cluster of kClusterBlocks = 4 blocks per 64-token tile splits the work so that each block
+// fetches a quarter of everything: block r takes D columns [64 r, 64 r + 64) of the down product
+// (its quarter of hidden and of w_down's rows; warpgroup w two of its four K pairs, all 48 latent
+// columns) and [K | V] columns [64 r, 64 r + 64) of the up one (warpgroup w 32 of them). The 8
+// partial latent tiles (4 blocks x 2 warpgroups) go straight from the accumulators into slot
+// 2 r + w of every block of the cluster (st.shared::cluster), one cluster barrier, and each block's
+// up product sums the 8 slots into its A fragments. Per block 12 KB of w_down, 12 KB of w_up and
+// 16 KB of hidden from memory (the one-block variants above: 48 + 12-48 + 64 KB), and a dependent
+// chain of 12 + 18 wgmma a warpgroup.
+constexpr int kClusterBlocks = 4;
+constexpr int kClusterDepth = kD / kClusterBlocks;       // D columns a block
+constexpr int kClusterCols = kCols / kClusterBlocks;     // [K | V] columns a block
+constexpr int kClusterDownSbo = (kClusterDepth / 4) * 128;
+constexpr int kClusterSlots = 2 * kClusterBlocks;        // partial latent tiles
+constexpr size_t kClusterSmemBytes =
+    sizeof(uint32_t) * (2 * kR * kClusterDepth + 2 * kClusterCols * kR) +
+    sizeof(float) * kClusterSlots * kTileTokens * kLatentLd;
+
+// Two floats into block `rank`'s shared memory at the address `local` has in this block.
+__device__ __forceinline__ void store_cluster_shared2(float* local, uint32_t rank, float x,
+                                                      float y) {
+  uint32_t remote = 0;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(remote)
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(local))), "r"(rank));
+  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(remote), "f"(x), "f"(y)
+               : "memory");
+}
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    fused_wgmma_3xtf32_cluster(const float* __restrict__ hidden, const float* __restrict__ w_down,
+                               const float* __restrict__ w_up_k, const float* __restrict__ w_up_v,
+                               float* __restrict__ out, int tokens) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint32_t* down_big = reinterpret_cast<uint32_t*>(smem);  // w_down^T [48][64]: the block's rows
+  uint32_t* down_small = down_big + kR * kClusterDepth;
+  uint32_t* up_big = down_small + kR * kClusterDepth;      // [kClusterCols][48]
+  uint32_t* up_small = up_big + kClusterCols * kR;
+  float* slots = reinterpret_cast<float*>(up_small + kClusterCols * kR);  // [8][64][kLatentLd]
+
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int rank = blockIdx.y;  // the cluster spans gridDim.y = 4: its rank is blockIdx.y
+  const int k0 = rank * kClusterDepth, col0 = rank * kClusterCols;
+  const int row0 = 16 * warp + g;
+  const int t0 = blockIdx.x * kTileTokens + row0, t1 = t0 + 8;
+  cluster_arrive();  // this block has started: the others may write into its slots
+
+  stage_down_rows<kClusterDepth>(w_down, k0, down_big, down_small, tid);
+  stage_up_columns<kClusterCols>(w_up_k, w_up_v, col0, up_big, up_small, tid);
+
+  // The warpgroup's two K pairs: D columns k0 + 32 wg + 16 u + 4 q .. + 3, u = 0, 1.
+  float4 h0[2], h1[2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    const int c = k0 + 32 * wg + 16 * u + 4 * q;
+    h0[u] = t0 < tokens
+                ? __ldg(reinterpret_cast<const float4*>(hidden + static_cast<int64_t>(t0) * kD + c))
+                : zero;
+    h1[u] = t1 < tokens
+                ? __ldg(reinterpret_cast<const float4*>(hidden + static_cast<int64_t>(t1) * kD + c))
+                : zero;
+  }
+  fence_async_shared();
+  __syncthreads();
+
+  // Down: the warpgroup's partial latent [64, 48] over its two K pairs (local K steps
+  // 4 wg + 2 u + e of the block's 16).
+  float part[kR / 2];
+#pragma unroll
+  for (int i = 0; i < kR / 2; ++i) part[i] = 0.f;
+  {
+    const uint32_t b_big = static_cast<uint32_t>(__cvta_generic_to_shared(down_big));
+    const uint32_t b_small = static_cast<uint32_t>(__cvta_generic_to_shared(down_small));
+    uint32_t a_big[2][2][4], a_small[2][2][4];
+    fence_registers(part);
+    wgmma_fence();
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      split_pair(h0[u], h1[u], a_big[u], a_small[u]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      pair_3xtf32<kR, false>(part, a_big[u], a_small[u], b_big, b_small, 4 * wg + 2 * u,
+                             kClusterDownSbo);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(part);
+  }
+
+  // The partial tile into slot 2 rank + wg of every block (this one included).
+  cluster_wait();  // every block of the cluster has started
+  float* slot = slots + (2 * rank + wg) * kTileTokens * kLatentLd;
+#pragma unroll
+  for (int b = 0; b < kClusterBlocks; ++b) {
+#pragma unroll
+    for (int j = 0; j < kR / 8; ++j) {
+      const int c = 8 * j + 2 * q;
+      store_cluster_shared2(slot + row0 * kLatentLd + c, b, part[4 * j], part[4 * j + 1]);
+      store_cluster_shared2(slot + (row0 + 8) * kLatentLd + c, b, part[4 * j + 2],
+                            part[4 * j + 3]);
+    }
+  }
+  cluster_arrive();
+  cluster_wait();  // all 8 slots are written
+
+  // Up: the warpgroup's 32 columns; A is the 8 slots' sum.
+  const uint32_t b_big =
+      static_cast<uint32_t>(__cvta_generic_to_shared(up_big)) + (wg * 32 / 8) * kUpSbo;
+  const uint32_t b_small =
+      static_cast<uint32_t>(__cvta_generic_to_shared(up_small)) + (wg * 32 / 8) * kUpSbo;
+  up_and_store<kClusterCols / 2, kClusterSlots, false>(slots, b_big, b_small, col0 + 32 * wg,
+                                                       row0, q, t0, tokens, out);
+}
+
+cudaError_t launch_cluster(const float* hidden, const float* w_down, const float* w_up_k,
+                           const float* w_up_v, float* out, int tokens, cudaStream_t stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3((tokens + kTileTokens - 1) / kTileTokens, kClusterBlocks);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kClusterSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = kClusterBlocks;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, fused_wgmma_3xtf32_cluster, hidden, w_down, w_up_k, w_up_v,
+                            out, tokens);
+}
+
+cudaError_t opt_in_cluster() {
+  return cudaFuncSetAttribute(fused_wgmma_3xtf32_cluster,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(kClusterSmemBytes));
+}
+
 using LaunchFn = cudaError_t (*)(const float*, const float*, const float*, const float*, float*,
                                  int, cudaStream_t);
 using OptInFn = cudaError_t (*)();
@@ -407,6 +609,7 @@ const Variant kVariants[] = {
     {"wg2_c32", opt_in<2, 32>, launch<2, 32>},     // four
     {"ks_c128", opt_in<2, 128, false, true>, launch<2, 128, false, true>},  // split over D
     {"ks_c32", opt_in<2, 32, false, true>, launch<2, 32, false, true>},
+    {"cl4_c32", opt_in_cluster, launch_cluster},  // a cluster of 4 blocks a tile
     {"wg2_c128_swap", opt_in<2, 128, true>, launch<2, 128, true>},  // LBO and SBO swapped
 };
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device call for dev/fused_wgmma_3xtf32_probe.cu (issue 17, many tokens at the founding
-# widths): builds the library (Release) and the probe, runs its sweep against the library's kAuto
+# One device call for dev/fused_wgmma_3xtf32_probe.cu (issue 17, the founding widths): builds the
+# library (Release) and the probe, checks the operand readings one wgmma at a time
+# (dev/wgmma_tf32_layout_probe.cu), runs the probe's sweep against the library's kAuto
 # in the same process (errors, then times), then compute-sanitizer memcheck and racecheck (T = 1,
 # 100, 733) and ncu of each variant at T=6144 and T=384 (one launch each: --check mode; clocks not
 # locked; $OUT/ncu_*.txt). Everything is written to $OUT/fused_wgmma.txt as it comes, so a call cut
@@ -21,6 +22,9 @@ NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
   dev/fused_wgmma_3xtf32_probe.cu "$build/src/liblatentkv.a" -lcublasLt -lcublas \
   -o /tmp/fused_wgmma_probe 2>&1 | grep -E "registers|spill|warn" | tee -a "$log"
 [ -x /tmp/fused_wgmma_probe ] || exit 1
+echo "== one wgmma: the operand readings (dev/wgmma_tf32_layout_probe.cu)" | tee -a "$log"
+"$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Idev dev/wgmma_tf32_layout_probe.cu \
+  -o /tmp/wgmma_layout_probe && timeout 60 /tmp/wgmma_layout_probe 2>&1 | tee -a "$log"
 echo "== sweep" | tee -a "$log"
 timeout 240 /tmp/fused_wgmma_probe "$@" 2>&1 | tee -a "$log"
 for tool in memcheck racecheck; do

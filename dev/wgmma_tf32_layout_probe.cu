@@ -12,8 +12,9 @@
 // Cases, one m64n24k8 (three 8-row groups of N, two core matrices along K) each:
 //   exact: small integers (exact in tf32), the descriptor as read and with LBO and SBO swapped;
 //     the error of each (0 where the reading is right);
-//   one-hot: B = 1 at a single (k, n), A[m][k] = 1000 m + k: for each of a few (k, n) the output
-//     column the 1 lands in and the row pattern, as a map of the layout when the exact case fails;
+//   one-hot: B = 1 at a single (k, n), A[m][k] = 8 m + k (exact in tf32, and naming m and k): for
+//     each of a few (k, n) the output columns the 1 lands in and D's rows 0, 9 and 17 there, as a
+//     map of the layout when the exact case fails;
 //   3xtf32: random floats, x = big + small (big = x & 0xffffe000, small = x - big unrounded), three
 //     wgmma into one accumulator, against float64: ~1e-6 when the low bits are ignored.
 // Build and run (GPU machine): part of dev/fused_wgmma_run.sh, or
@@ -163,7 +164,7 @@ int main() {
   for (const auto& kn : {std::pair<int, int>{0, 0}, {1, 0}, {4, 0}, {5, 3}, {0, 8}, {7, 17}}) {
     std::vector<uint32_t> a1(kM * kK), b1(kK * kN, bits(0.f));
     for (int m = 0; m < kM; ++m) {
-      for (int k = 0; k < kK; ++k) a1[m * kK + k] = bits(static_cast<float>(1000 * m + k));
+      for (int k = 0; k < kK; ++k) a1[m * kK + k] = bits(static_cast<float>(8 * m + k));
     }
     b1[kn.first * kN + kn.second] = bits(1.f);
     if (run(a1, b1, 1, 128, 256, &d)) return 1;
@@ -177,7 +178,7 @@ int main() {
       }
     }
     printf("%s   (expected column %d: %d %d %d)\n", shown ? "" : "  nothing", kn.second,
-           kn.first, 9000 + kn.first, 17000 + kn.first);
+           kn.first, 72 + kn.first, 136 + kn.first);
   }
   // 3xTF32 on random floats.
   std::uniform_real_distribution<float> unit(-1.f, 1.f);

@@ -121,38 +121,42 @@ def run_general(hidden, w_down, w_up_k, w_up_v, wg_cols):
 
 
 
-def run_cluster(hidden, w_down, w_up_k, w_up_v):
-    """The cluster kernels (the probe's at the founding widths; the library's at D <= 256, R <= 48,
-    2N <= 256): block r of a tile's cluster holds w_down rows [64 r, 64 r + 64) and [K | V]
-    columns [64 r, 64 r + 64) (those below 2N); warpgroup w's partial over the block's local K
-    steps 4 w + 2 u + e; the up product sums the 8 partials."""
+def run_cluster(hidden, w_down, w_up_k, w_up_v, blocks=4):
+    """The cluster kernels (the probe's at the founding widths, 4 or 8 blocks; the library's at
+    D <= 256, R <= 48, 2N <= 256, 4 blocks): block r of a tile's cluster holds w_down rows
+    [r depth, (r + 1) depth) and [K | V] columns [r cols, (r + 1) cols) (those below 2N), depth =
+    256 / blocks, cols = 256 / blocks; warpgroup w's partial over the block's local K pairs
+    pairs w + u (pairs = depth / 32), steps 2 (pairs w + u) + e; the up product sums the
+    partials (in whatever grouping: slots per warpgroup or per block)."""
     T, D = hidden.shape
     N = w_up_k.shape[1]
-    depth, cols, down_sbo, up_sbo = 64, 64, (64 // 4) * 128, (48 // 4) * 128
+    depth = cols = 256 // blocks
+    pairs, down_sbo, up_sbo = depth // 32, (depth // 4) * 128, (48 // 4) * 128
     out = np.full((2, T, N), np.nan)
     for tile in range((T + 63) // 64):
         t_hi = min(T, tile * 64 + 64)
         rows = np.zeros((64, 256))
         rows[: t_hi - tile * 64, :D] = hidden[tile * 64 : t_hi]
         latent = np.zeros((64, 48))
-        for rank in range(4):
+        for rank in range(blocks):
             down = stage_down(w_down, rank * depth, depth)
             for wg in range(2):
-                for u in range(2):
+                for u in range(pairs):
                     for e in range(2):
-                        A = down_a(rows, rank * depth + 32 * wg + 16 * u, e)
-                        latent += A @ b_of(down, (4 * wg + 2 * u + e) * 64, down_sbo, 48)
-        for rank in range(4):
+                        A = down_a(rows, rank * depth + 16 * (pairs * wg + u), e)
+                        latent += A @ b_of(down, (2 * (pairs * wg + u) + e) * 64, down_sbo, 48)
+        half = cols // 2
+        for rank in range(blocks):
             block_cols = max(0, min(cols, 2 * N - rank * cols))
             up = stage_up(w_up_k, w_up_v, rank * cols, cols, block_cols)
             for wg in range(2):
-                acc = np.zeros((64, 32))
+                acc = np.zeros((64, half))
                 for j in range(6):
-                    acc += up_a(latent, j) @ b_of(up, (wg * 32 // 8) * (up_sbo // 4) + j * 64, up_sbo, 32)
-                for cc in range(32):
-                    if 32 * wg + cc >= block_cols:
+                    acc += up_a(latent, j) @ b_of(up, (wg * half // 8) * (up_sbo // 4) + j * 64, up_sbo, half)
+                for cc in range(half):
+                    if half * wg + cc >= block_cols:
                         continue
-                    col = rank * cols + 32 * wg + cc
+                    col = rank * cols + half * wg + cc
                     out[col // N, tile * 64 : t_hi, col % N] = acc[: t_hi - tile * 64, cc]
     return out
 
@@ -167,10 +171,12 @@ for (T, D, R, N, wg_cols) in [(64, 256, 48, 128, 128), (64, 256, 48, 128, 64), (
     ref = np.stack([lat @ wk, lat @ wv])
     print((T, D, R, N, wg_cols), "max err", np.nanmax(np.abs(o - ref)), "nan", int(np.isnan(o).sum()))
 
-for (T, D, R, N) in [(100, 256, 48, 128), (1, 252, 44, 60), (65, 16, 8, 12)]:
+for (T, D, R, N, blocks) in [(100, 256, 48, 128, 4), (1, 252, 44, 60, 4), (65, 16, 8, 12, 4),
+                             (100, 256, 48, 128, 8)]:
     h = rng.standard_normal((T, D))
     wd = rng.standard_normal((D, R))
     wk, wv = rng.standard_normal((R, N)), rng.standard_normal((R, N))
-    o = run_cluster(h, wd, wk, wv)
+    o = run_cluster(h, wd, wk, wv, blocks)
     ref = np.stack([(h @ wd) @ wk, (h @ wd) @ wv])
-    print("cluster", (T, D, R, N), "max err", np.nanmax(np.abs(o - ref)), "nan", int(np.isnan(o).sum()))
+    print("cluster", (T, D, R, N, blocks), "max err", np.nanmax(np.abs(o - ref)),
+          "nan", int(np.isnan(o).sum()))

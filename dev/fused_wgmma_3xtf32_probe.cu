@@ -22,15 +22,16 @@
 //     are stored in the same permuted order); the accumulators go to shared memory;
 //   up: each warpgroup [64, kWgCols] = latent @ its columns, A from the latent tile (K permuted
 //     within each 8 so a lane's values are one float2), stores straight from the accumulators.
-// The cluster kernel (few tokens) splits a tile's work over a cluster of 4 such blocks, each
-// fetching a quarter of the weights and of hidden, the partial latents exchanged through
-// distributed shared memory (its own comment below).
+// The cluster kernels (few tokens) split a tile's work over a cluster of 4 or 8 such blocks, each
+// fetching a quarter or an eighth of the weights and of hidden, the partial latents exchanged
+// through distributed shared memory (their own comment below).
 // 3xTF32: x = big + small, big = x with the low 13 bits cleared; small*big, big*small, big*big
 // into one float32 accumulator (small terms first).
 // Variants (the table's names): wg2_c128 / wg1_c128 / wg2_c64 / wg2_c32 (down by both warpgroups
-// or one; 2 x 128, 64 or 32 columns a block), ks_c128 / ks_c32 (the depth split), cl4_c32 (the
-// cluster), wg2_c128_swap (LBO and SBO swapped: a guard on the descriptor reading, exactly one of
-// it and wg2_c128 can be right).
+// or one; 2 x 128, 64 or 32 columns a block), ks_c128 / ks_c32 (the depth split), cl4_c32 (a
+// cluster of 4, a slot per warpgroup: the library patch's), cl4s_c32 / cl8s_c16 (clusters of 4
+// and 8 whose blocks sum their warpgroups' partials first), wg2_c128_swap (LBO and SBO swapped: a
+// guard on the descriptor reading, exactly one of it and wg2_c128 can be right).
 //
 // Output: per T, max |err| / max |ref| against float64 for the library and each variant (outputs
 // poisoned with NaN first), then the per-call time by graph replay with the inputs rotated over
@@ -63,6 +64,17 @@ constexpr int kUpSbo = (kR / 4) * 128;    // of [w_up_k | w_up_v]^T [cols][48]
 
 template <int N>
 struct WgmmaTf32;
+template <>
+struct WgmmaTf32<16> {
+  static __device__ __forceinline__ void run(float (&d)[8], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 1, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+        : "memory");
+  }
+};
 template <>
 struct WgmmaTf32<24> {
   static __device__ __forceinline__ void run(float (&d)[12], const uint32_t (&a)[4], uint64_t b) {
@@ -118,6 +130,7 @@ struct WgmmaTf32<128> {
         : "memory");
   }
 };
+
 
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -279,8 +292,8 @@ __device__ __forceinline__ void store_split_chunk(const float (&x)[4], uint32_t*
 template <int kDepth>
 __device__ __forceinline__ void stage_down_rows(const float* __restrict__ w_down, int k0,
                                                 uint32_t* big_out, uint32_t* small_out, int tid) {
-  constexpr int kChunks = kR * (kDepth / 4) / kThreads;
-  static_assert(kChunks * kThreads == kR * (kDepth / 4), "whole chunks per thread");
+  constexpr int kTotal = kR * (kDepth / 4);  // chunks
+  constexpr int kChunks = (kTotal + kThreads - 1) / kThreads;
   constexpr int kSbo = (kDepth / 4) * 128;
   float w[kChunks][4];
 #pragma unroll
@@ -288,12 +301,14 @@ __device__ __forceinline__ void stage_down_rows(const float* __restrict__ w_down
     const int i = c * kThreads + tid, n = i % kR, kq = i / kR;
     const int p = k0 + 16 * (kq / 4) + kq % 4;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) w[c][e] = __ldg(w_down + (p + 4 * e) * kR + n);
+    for (int e = 0; e < 4; ++e) w[c][e] = i < kTotal ? __ldg(w_down + (p + 4 * e) * kR + n) : 0.f;
   }
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     const int i = c * kThreads + tid, n = i % kR, kq = i / kR;
-    store_split_chunk(w[c], big_out, small_out, (n / 8) * (kSbo / 4) + kq * 32 + (n % 8) * 4);
+    if (i < kTotal) {
+      store_split_chunk(w[c], big_out, small_out, (n / 8) * (kSbo / 4) + kq * 32 + (n % 8) * 4);
+    }
   }
 }
 
@@ -304,8 +319,8 @@ template <int kCount>
 __device__ __forceinline__ void stage_up_columns(const float* __restrict__ w_up_k,
                                                  const float* __restrict__ w_up_v, int col0,
                                                  uint32_t* big_out, uint32_t* small_out, int tid) {
-  constexpr int kChunks = kCount * (kR / 4) / kThreads;
-  static_assert(kChunks * kThreads == kCount * (kR / 4), "whole chunks per thread");
+  constexpr int kTotal = kCount * (kR / 4);  // chunks
+  constexpr int kChunks = (kTotal + kThreads - 1) / kThreads;
   float v[kChunks][4];
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
@@ -314,12 +329,14 @@ __device__ __forceinline__ void stage_up_columns(const float* __restrict__ w_up_
     const int col = col0 + n;
     const float* src = col < kN ? w_up_k + col : w_up_v + (col - kN);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) v[c][e] = __ldg(src + (8 * j + 2 * e + h) * kN);
+    for (int e = 0; e < 4; ++e) v[c][e] = i < kTotal ? __ldg(src + (8 * j + 2 * e + h) * kN) : 0.f;
   }
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     const int i = c * kThreads + tid, n = i % kCount, kq = i / kCount;
-    store_split_chunk(v[c], big_out, small_out, (n / 8) * (kUpSbo / 4) + kq * 32 + (n % 8) * 4);
+    if (i < kTotal) {
+      store_split_chunk(v[c], big_out, small_out, (n / 8) * (kUpSbo / 4) + kq * 32 + (n % 8) * 4);
+    }
   }
 }
 
@@ -445,33 +462,52 @@ cudaError_t opt_in() {
                               static_cast<int>(smem_bytes<kWgCols, kSplitDepth>()));
 }
 
-// ---- The cluster variant (few tokens: T <= ~1000) ----
-// A cluster of kClusterBlocks = 4 blocks per 64-token tile splits the work so that each block
-// fetches a quarter of everything: block r takes D columns [64 r, 64 r + 64) of the down product
-// (its quarter of hidden and of w_down's rows; warpgroup w two of its four K pairs, all 48 latent
-// columns) and [K | V] columns [64 r, 64 r + 64) of the up one (warpgroup w 32 of them). The 8
-// partial latent tiles (4 blocks x 2 warpgroups) go straight from the accumulators into slot
-// 2 r + w of every block of the cluster (st.shared::cluster), one cluster barrier, and each block's
-// up product sums the 8 slots into its A fragments. Per block 12 KB of w_down, 12 KB of w_up and
-// 16 KB of hidden from memory (the one-block variants above: 48 + 12-48 + 64 KB), and a dependent
-// chain of 12 + 18 wgmma a warpgroup.
-constexpr int kClusterBlocks = 4;
-constexpr int kClusterDepth = kD / kClusterBlocks;       // D columns a block
-constexpr int kClusterCols = kCols / kClusterBlocks;     // [K | V] columns a block
-constexpr int kClusterDownSbo = (kClusterDepth / 4) * 128;
-constexpr int kClusterSlots = 2 * kClusterBlocks;        // partial latent tiles
-constexpr size_t kClusterSmemBytes =
-    sizeof(uint32_t) * (2 * kR * kClusterDepth + 2 * kClusterCols * kR) +
-    sizeof(float) * kClusterSlots * kTileTokens * kLatentLd;
+// ---- The cluster variants (few tokens) ----
+// A cluster of kBlocks = 4 or 8 blocks per 64-token tile splits the work so that each block
+// fetches 1 / kBlocks of everything: block r takes D columns [r D / kBlocks, (r + 1) D / kBlocks)
+// of the down product (its share of hidden and of w_down's rows, split between the warpgroups by
+// K pairs, all 48 latent columns each) and [K | V] columns [r 256 / kBlocks, ...) of the up one
+// (half of them a warpgroup). The partial latent tiles meet in every block's shared memory:
+//   !kLocalSum: each warpgroup's partial goes straight from its accumulators into slot
+//     2 r + w of every block (st.shared::cluster, 2 kBlocks slots);
+//   kLocalSum: warpgroup 1's partial is added to warpgroup 0's through a local tile first, and
+//     the block's sum goes to slot r of every block in 16-byte pieces (kBlocks slots: half the
+//     remote stores and half the slot reads of the up product, for one more barrier);
+// one cluster barrier, and each block's up product sums the slots into its A fragments. At
+// kBlocks = 4 a block fetches 12 + 12 KB of weights and 16 KB of hidden (the one-block variants:
+// 48 + 12..48 + 64 KB), at 8 half that.
+template <int kBlocks, bool kLocalSum>
+struct ClusterShape {
+  static constexpr int kDepth = kD / kBlocks;      // D columns a block
+  static constexpr int kColsBlock = kCols / kBlocks;  // [K | V] columns a block
+  static constexpr int kPairsWg = kDepth / 32;     // K pairs a warpgroup
+  static constexpr int kDownSbo = (kDepth / 4) * 128;
+  static constexpr int kSlots = kLocalSum ? kBlocks : 2 * kBlocks;
+  static constexpr int kTiles = kSlots + (kLocalSum ? 1 : 0);  // the local sum's tile last
+  static constexpr size_t kSmemBytes =
+      sizeof(uint32_t) * (2 * kR * kDepth + 2 * kColsBlock * kR) +
+      sizeof(float) * kTiles * kTileTokens * kLatentLd;
+  static_assert(kPairsWg >= 1, "a K pair a warpgroup at least");
+};
 
-// Two floats into block `rank`'s shared memory at the address `local` has in this block.
-__device__ __forceinline__ void store_cluster_shared2(float* local, uint32_t rank, float x,
-                                                      float y) {
+// Two floats (four) into block `rank`'s shared memory at the address `local` has in this block.
+__device__ __forceinline__ uint32_t cluster_address(const float* local, uint32_t rank) {
   uint32_t remote = 0;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
                : "=r"(remote)
                : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(local))), "r"(rank));
-  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(remote), "f"(x), "f"(y)
+  return remote;
+}
+__device__ __forceinline__ void store_cluster_shared2(float* local, uint32_t rank, float x,
+                                                      float y) {
+  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(cluster_address(local, rank)),
+               "f"(x), "f"(y)
+               : "memory");
+}
+__device__ __forceinline__ void store_cluster_shared4(float* local, uint32_t rank, float4 v) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                   cluster_address(local, rank)),
+               "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
                : "memory");
 }
 __device__ __forceinline__ void cluster_arrive() {
@@ -481,34 +517,54 @@ __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
+// A warpgroup's accumulators [64, 48] (wgmma's layout) into `tile` rows row0, row0 + 8; with
+// kAdd, added to what the tile holds.
+template <bool kAdd>
+__device__ __forceinline__ void accumulators_to_tile(const float (&acc)[kR / 2], float* tile,
+                                                     int row0, int q) {
+#pragma unroll
+  for (int j = 0; j < kR / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float2* at = reinterpret_cast<float2*>(tile + (row0 + 8 * h) * kLatentLd + 8 * j + 2 * q);
+      float2 v = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      if constexpr (kAdd) v = make_float2(v.x + at->x, v.y + at->y);
+      *at = v;
+    }
+  }
+}
+
+template <int kBlocks, bool kLocalSum>
 __global__ void __launch_bounds__(kThreads, 1)
     fused_wgmma_3xtf32_cluster(const float* __restrict__ hidden, const float* __restrict__ w_down,
                                const float* __restrict__ w_up_k, const float* __restrict__ w_up_v,
                                float* __restrict__ out, int tokens) {
+  using Shape = ClusterShape<kBlocks, kLocalSum>;
   extern __shared__ __align__(128) unsigned char smem[];
-  uint32_t* down_big = reinterpret_cast<uint32_t*>(smem);  // w_down^T [48][64]: the block's rows
-  uint32_t* down_small = down_big + kR * kClusterDepth;
-  uint32_t* up_big = down_small + kR * kClusterDepth;      // [kClusterCols][48]
-  uint32_t* up_small = up_big + kClusterCols * kR;
-  float* slots = reinterpret_cast<float*>(up_small + kClusterCols * kR);  // [8][64][kLatentLd]
+  uint32_t* down_big = reinterpret_cast<uint32_t*>(smem);  // w_down^T [48][kDepth]
+  uint32_t* down_small = down_big + kR * Shape::kDepth;
+  uint32_t* up_big = down_small + kR * Shape::kDepth;      // [kColsBlock][48]
+  uint32_t* up_small = up_big + Shape::kColsBlock * kR;
+  float* slots = reinterpret_cast<float*>(up_small + Shape::kColsBlock * kR);  // [kTiles][64][ld]
+  constexpr int kTileFloats = kTileTokens * kLatentLd;
 
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, q = lane % 4;
-  const int rank = blockIdx.y;  // the cluster spans gridDim.y = 4: its rank is blockIdx.y
-  const int k0 = rank * kClusterDepth, col0 = rank * kClusterCols;
+  const int rank = blockIdx.y;  // the cluster spans gridDim.y = kBlocks: its rank is blockIdx.y
+  const int k0 = rank * Shape::kDepth, col0 = rank * Shape::kColsBlock;
   const int row0 = 16 * warp + g;
   const int t0 = blockIdx.x * kTileTokens + row0, t1 = t0 + 8;
   cluster_arrive();  // this block has started: the others may write into its slots
 
-  stage_down_rows<kClusterDepth>(w_down, k0, down_big, down_small, tid);
-  stage_up_columns<kClusterCols>(w_up_k, w_up_v, col0, up_big, up_small, tid);
+  stage_down_rows<Shape::kDepth>(w_down, k0, down_big, down_small, tid);
+  stage_up_columns<Shape::kColsBlock>(w_up_k, w_up_v, col0, up_big, up_small, tid);
 
-  // The warpgroup's two K pairs: D columns k0 + 32 wg + 16 u + 4 q .. + 3, u = 0, 1.
-  float4 h0[2], h1[2];
+  // The warpgroup's K pairs: D columns k0 + 16 (kPairsWg wg + u) + 4 q .. + 3.
+  float4 h0[Shape::kPairsWg], h1[Shape::kPairsWg];
 #pragma unroll
-  for (int u = 0; u < 2; ++u) {
+  for (int u = 0; u < Shape::kPairsWg; ++u) {
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-    const int c = k0 + 32 * wg + 16 * u + 4 * q;
+    const int c = k0 + 16 * (Shape::kPairsWg * wg + u) + 4 * q;
     h0[u] = t0 < tokens
                 ? __ldg(reinterpret_cast<const float4*>(hidden + static_cast<int64_t>(t0) * kD + c))
                 : zero;
@@ -519,79 +575,97 @@ __global__ void __launch_bounds__(kThreads, 1)
   fence_async_shared();
   __syncthreads();
 
-  // Down: the warpgroup's partial latent [64, 48] over its two K pairs (local K steps
-  // 4 wg + 2 u + e of the block's 16).
+  // Down: the warpgroup's partial latent [64, 48] over its K pairs (the block's local K steps
+  // 2 (kPairsWg wg + u) + e).
   float part[kR / 2];
 #pragma unroll
   for (int i = 0; i < kR / 2; ++i) part[i] = 0.f;
   {
+    uint32_t a_big[Shape::kPairsWg][2][4], a_small[Shape::kPairsWg][2][4];
+#pragma unroll
+    for (int u = 0; u < Shape::kPairsWg; ++u) split_pair(h0[u], h1[u], a_big[u], a_small[u]);
     const uint32_t b_big = static_cast<uint32_t>(__cvta_generic_to_shared(down_big));
     const uint32_t b_small = static_cast<uint32_t>(__cvta_generic_to_shared(down_small));
-    uint32_t a_big[2][2][4], a_small[2][2][4];
     fence_registers(part);
     wgmma_fence();
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      split_pair(h0[u], h1[u], a_big[u], a_small[u]);
-    }
-    wgmma_fence();
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      pair_3xtf32<kR, false>(part, a_big[u], a_small[u], b_big, b_small, 4 * wg + 2 * u,
-                             kClusterDownSbo);
+    for (int u = 0; u < Shape::kPairsWg; ++u) {
+      pair_3xtf32<kR, false>(part, a_big[u], a_small[u], b_big, b_small,
+                             2 * (Shape::kPairsWg * wg + u), Shape::kDownSbo);
     }
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(part);
   }
 
-  // The partial tile into slot 2 rank + wg of every block (this one included).
-  cluster_wait();  // every block of the cluster has started
-  float* slot = slots + (2 * rank + wg) * kTileTokens * kLatentLd;
+  if constexpr (kLocalSum) {
+    // Warpgroup 1's partial into the local tile, warpgroup 0's added to it, then the block's sum
+    // into slot `rank` of every block, 16 bytes a store.
+    float* local = slots + Shape::kSlots * kTileFloats;
+    if (wg == 1) accumulators_to_tile<false>(part, local, row0, q);
+    __syncthreads();
+    if (wg == 0) accumulators_to_tile<true>(part, local, row0, q);
+    __syncthreads();
+    cluster_wait();  // every block of the cluster has started
+    float* slot = slots + rank * kTileFloats;
+    for (int i = tid; i < kTileTokens * (kR / 4); i += kThreads) {
+      const int row = i / (kR / 4), c = 4 * (i % (kR / 4));
+      const float4 v = *reinterpret_cast<const float4*>(local + row * kLatentLd + c);
 #pragma unroll
-  for (int b = 0; b < kClusterBlocks; ++b) {
+      for (int b = 0; b < kBlocks; ++b) store_cluster_shared4(slot + row * kLatentLd + c, b, v);
+    }
+  } else {
+    // Each warpgroup's partial into slot 2 rank + wg of every block (this one included).
+    cluster_wait();  // every block of the cluster has started
+    float* slot = slots + (2 * rank + wg) * kTileFloats;
 #pragma unroll
-    for (int j = 0; j < kR / 8; ++j) {
-      const int c = 8 * j + 2 * q;
-      store_cluster_shared2(slot + row0 * kLatentLd + c, b, part[4 * j], part[4 * j + 1]);
-      store_cluster_shared2(slot + (row0 + 8) * kLatentLd + c, b, part[4 * j + 2],
-                            part[4 * j + 3]);
+    for (int b = 0; b < kBlocks; ++b) {
+#pragma unroll
+      for (int j = 0; j < kR / 8; ++j) {
+        const int c = 8 * j + 2 * q;
+        store_cluster_shared2(slot + row0 * kLatentLd + c, b, part[4 * j], part[4 * j + 1]);
+        store_cluster_shared2(slot + (row0 + 8) * kLatentLd + c, b, part[4 * j + 2],
+                              part[4 * j + 3]);
+      }
     }
   }
   cluster_arrive();
-  cluster_wait();  // all 8 slots are written
+  cluster_wait();  // every slot is written
 
-  // Up: the warpgroup's 32 columns; A is the 8 slots' sum.
-  const uint32_t b_big =
-      static_cast<uint32_t>(__cvta_generic_to_shared(up_big)) + (wg * 32 / 8) * kUpSbo;
-  const uint32_t b_small =
-      static_cast<uint32_t>(__cvta_generic_to_shared(up_small)) + (wg * 32 / 8) * kUpSbo;
-  up_and_store<kClusterCols / 2, kClusterSlots, false>(slots, b_big, b_small, col0 + 32 * wg,
-                                                       row0, q, t0, tokens, out);
+  // Up: the warpgroup's half of the block's columns; A is the slots' sum.
+  constexpr int kColsWg = Shape::kColsBlock / 2;
+  const uint32_t b_big = static_cast<uint32_t>(__cvta_generic_to_shared(up_big)) +
+                         (wg * kColsWg / 8) * kUpSbo;
+  const uint32_t b_small = static_cast<uint32_t>(__cvta_generic_to_shared(up_small)) +
+                           (wg * kColsWg / 8) * kUpSbo;
+  up_and_store<kColsWg, Shape::kSlots, false>(slots, b_big, b_small, col0 + kColsWg * wg, row0, q,
+                                              t0, tokens, out);
 }
 
+template <int kBlocks, bool kLocalSum>
 cudaError_t launch_cluster(const float* hidden, const float* w_down, const float* w_up_k,
                            const float* w_up_v, float* out, int tokens, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3((tokens + kTileTokens - 1) / kTileTokens, kClusterBlocks);
+  config.gridDim = dim3((tokens + kTileTokens - 1) / kTileTokens, kBlocks);
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kClusterSmemBytes;
+  config.dynamicSmemBytes = ClusterShape<kBlocks, kLocalSum>::kSmemBytes;
   config.stream = stream;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeClusterDimension;
   attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = kClusterBlocks;
+  attribute.val.clusterDim.y = kBlocks;
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, fused_wgmma_3xtf32_cluster, hidden, w_down, w_up_k, w_up_v,
-                            out, tokens);
+  return cudaLaunchKernelEx(&config, fused_wgmma_3xtf32_cluster<kBlocks, kLocalSum>, hidden,
+                            w_down, w_up_k, w_up_v, out, tokens);
 }
 
+template <int kBlocks, bool kLocalSum>
 cudaError_t opt_in_cluster() {
-  return cudaFuncSetAttribute(fused_wgmma_3xtf32_cluster,
+  return cudaFuncSetAttribute(fused_wgmma_3xtf32_cluster<kBlocks, kLocalSum>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(kClusterSmemBytes));
+                              static_cast<int>(ClusterShape<kBlocks, kLocalSum>::kSmemBytes));
 }
 
 using LaunchFn = cudaError_t (*)(const float*, const float*, const float*, const float*, float*,
@@ -609,7 +683,9 @@ const Variant kVariants[] = {
     {"wg2_c32", opt_in<2, 32>, launch<2, 32>},     // four
     {"ks_c128", opt_in<2, 128, false, true>, launch<2, 128, false, true>},  // split over D
     {"ks_c32", opt_in<2, 32, false, true>, launch<2, 32, false, true>},
-    {"cl4_c32", opt_in_cluster, launch_cluster},  // a cluster of 4 blocks a tile
+    {"cl4_c32", opt_in_cluster<4, false>, launch_cluster<4, false>},  // 4 blocks a tile
+    {"cl4s_c32", opt_in_cluster<4, true>, launch_cluster<4, true>},   // the block sums first
+    {"cl8s_c16", opt_in_cluster<8, true>, launch_cluster<8, true>},   // 8 blocks a tile
     {"wg2_c128_swap", opt_in<2, 128, true>, launch<2, 128, true>},  // LBO and SBO swapped
 };
 

@@ -2,8 +2,8 @@
 # One device call for dev/fused_wgmma_3xtf32_probe.cu (issue 17, the founding widths): builds the
 # library (Release) and the probe, checks the operand readings one wgmma at a time
 # (dev/wgmma_tf32_layout_probe.cu), runs the probe's sweep against the library's kAuto
-# in the same process (errors, then times), then compute-sanitizer memcheck and racecheck (T = 1,
-# 100, 733) and ncu of each variant at T=6144 and T=384 (one launch each: --check mode; clocks not
+# in the same process (errors, then times), then compute-sanitizer memcheck and racecheck (T = 1
+# and 100) and ncu of each variant at T=6144 and T=384 (one launch each: --check mode; clocks not
 # locked; $OUT/ncu_*.txt). Everything is written to $OUT/fused_wgmma.txt as it comes, so a call cut
 # at its time limit keeps what ran.
 # Usage (run tool, no carry): bash dev/fused_wgmma_run.sh [token counts...]
@@ -29,11 +29,11 @@ echo "== sweep" | tee -a "$log"
 timeout 240 /tmp/fused_wgmma_probe "$@" 2>&1 | tee -a "$log"
 for tool in memcheck racecheck; do
   echo "== compute-sanitizer $tool (the probe's kernels)" | tee -a "$log"
-  timeout 120 compute-sanitizer --tool "$tool" --kernel-name regex:fused_wgmma \
-    /tmp/fused_wgmma_probe --check 1 100 733 2>&1 | tail -8 | tee -a "$log"
+  timeout 100 compute-sanitizer --tool "$tool" --kernel-name regex:fused_wgmma \
+    /tmp/fused_wgmma_probe --check 1 100 2>&1 | tail -8 | tee -a "$log"
 done
 for t in 6144 384; do
-  timeout 100 ncu --clock-control none -k regex:fused_wgmma \
+  timeout 90 ncu --clock-control none -k regex:fused_wgmma \
     --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     /tmp/fused_wgmma_probe --check $t > "$OUT/ncu_$t.txt" 2>&1

@@ -817,7 +817,7 @@ int run_case(int tokens, size_t l2_bytes, bool check_only, cudaStream_t stream) 
     if (check(call, &err)) return 1;
     if (!check_only && graph_us_per_call(stream, calls, call, &us)) return 1;
     printf("T=%-6d sets=%-4d %-10s %-18s err %.2e  %8.2f us%s\n", tokens, sets, v.name,
-           "wgmma 3xTF32", err, us, err <= 1e-5 ? "" : "  FAIL (bound 1e-5)");
+           "wgmma-3xTF32", err, us, err <= 1e-5 ? "" : "  FAIL (bound 1e-5)");
   }
   if (workspace != nullptr) CK(cudaFree(workspace));
   CK(cudaFree(slab));

@@ -41,3 +41,5 @@ for t in 6144 384; do
   grep -E "^  fused_wgmma|Duration|Issued Ipc Active|Registers Per|Stall|DRAM Throughput|Compute \(SM\) Throughput" \
     "$OUT/ncu_$t.txt" | cut -c1-110 | head -40 | tee -a "$log"
 done
+echo "== the sweep again (the call's last lines): T, variant, error, us"
+grep -E "^T=" "$log" | awk '{printf "%-8s %-14s %-9s %8s %s\n", $1, $3, $6, $7, $9}'

@@ -5,7 +5,7 @@
 # in the same process (errors, then times), then compute-sanitizer memcheck and racecheck (T = 1
 # and 100) and ncu of each variant at T=6144 and T=384 (one launch each: --check mode; clocks not
 # locked; $OUT/ncu_*.txt). Everything is written to $OUT/fused_wgmma.txt as it comes, so a call cut
-# at its time limit keeps what ran.
+# at its time limit keeps what ran. dev/fused_wgmma_table.py turns the log into the docs' tables.
 # Usage (run tool, no carry): bash dev/fused_wgmma_run.sh [token counts...]
 set -uo pipefail
 mkdir -p "${OUT:-/tmp/out}"

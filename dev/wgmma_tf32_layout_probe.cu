@@ -53,13 +53,17 @@ __device__ __forceinline__ uint64_t descriptor(uint32_t address, uint32_t lbo, u
          (static_cast<uint64_t>(lbo >> 4) << 16) | (static_cast<uint64_t>(sbo >> 4) << 32);
 }
 
-// d = sum over `terms` of a_t @ b_t: a [terms][64][8] and b [terms][8][24] as float bit patterns,
-// B stored in the layout above with the given offsets; d [64][24] by the D reading above.
-__global__ void one_wgmma(const uint32_t* a, const uint32_t* b, int terms, uint32_t lbo,
-                          uint32_t sbo, float* d) {
-  __shared__ __align__(128) uint32_t b_smem[3][kN * kK];
+// d = sum over kTerms of a_t @ b_t: a [kTerms][64][8] and b [kTerms][8][24] as float bit
+// patterns, B stored in the layout above, read with the given offsets; d [64][24] by the D reading
+// above. The terms are a compile-time count so that every A fragment is in registers before the
+// one wgmma.fence (PTX: registers a wgmma reads must be written before the fence).
+template <int kTerms>
+__global__ void one_wgmma(const uint32_t* a, const uint32_t* b, uint32_t lbo, uint32_t sbo,
+                          float* d) {
+  __shared__ __align__(128) uint32_t b_smem[kTerms][kN * kK];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
-  for (int t = 0; t < terms; ++t) {
+#pragma unroll
+  for (int t = 0; t < kTerms; ++t) {
     for (int i = tid; i < kN * kK; i += 128) {
       const int n = i / kK, k = i % kK;
       // The layout in bytes, with the probe's fixed geometry: core matrices adjacent along K
@@ -71,8 +75,9 @@ __global__ void one_wgmma(const uint32_t* a, const uint32_t* b, int terms, uint3
   __syncthreads();
   float acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = 0.f;
-  uint32_t frag[3][4];
-  for (int t = 0; t < terms; ++t) {
+  uint32_t frag[kTerms][4];
+#pragma unroll
+  for (int t = 0; t < kTerms; ++t) {
     const uint32_t* at = a + t * kM * kK;
     const int r = 16 * warp + g;
     frag[t][0] = at[r * kK + q];
@@ -82,7 +87,8 @@ __global__ void one_wgmma(const uint32_t* a, const uint32_t* b, int terms, uint3
   }
   for (int i = 0; i < 12; ++i) asm volatile("" : "+f"(acc[i])::"memory");
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-  for (int t = 0; t < terms; ++t) {
+#pragma unroll
+  for (int t = 0; t < kTerms; ++t) {
     const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(b_smem[t]));
     wgmma_m64n24k8(acc, frag[t], descriptor(address, lbo, sbo));
   }
@@ -109,9 +115,10 @@ float value(uint32_t u) {
   return x;
 }
 
-// Runs one_wgmma on host a and b (terms of each) and returns d.
-int run(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b, int terms, uint32_t lbo,
-        uint32_t sbo, std::vector<float>* d) {
+// Runs one_wgmma on host a and b (kTerms of each) and returns d.
+template <int kTerms>
+int run(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b, uint32_t lbo, uint32_t sbo,
+        std::vector<float>* d) {
   uint32_t *da = nullptr, *db = nullptr;
   float* dd = nullptr;
   CK(cudaMalloc(&da, a.size() * 4));
@@ -120,7 +127,7 @@ int run(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b, int term
   CK(cudaMemcpy(da, a.data(), a.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(db, b.data(), b.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemset(dd, 0xFF, kM * kN * 4));
-  one_wgmma<<<1, 128>>>(da, db, terms, lbo, sbo, dd);
+  one_wgmma<kTerms><<<1, 128>>>(da, db, lbo, sbo, dd);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   d->resize(kM * kN);
@@ -150,7 +157,7 @@ int main() {
   std::vector<float> d;
   for (int swap = 0; swap < 2; ++swap) {
     const uint32_t lbo = swap ? 256 : 128, sbo = swap ? 128 : 256;
-    if (run(a, b, 1, lbo, sbo, &d)) return 1;
+    if (run<1>(a, b, lbo, sbo, &d)) return 1;
     double worst = 0;
     int nans = 0;
     for (int i = 0; i < kM * kN; ++i) {
@@ -167,7 +174,7 @@ int main() {
       for (int k = 0; k < kK; ++k) a1[m * kK + k] = bits(static_cast<float>(8 * m + k));
     }
     b1[kn.first * kN + kn.second] = bits(1.f);
-    if (run(a1, b1, 1, 128, 256, &d)) return 1;
+    if (run<1>(a1, b1, 128, 256, &d)) return 1;
     printf("one-hot  B[k=%d][n=%2d] = 1:", kn.first, kn.second);
     int shown = 0;
     for (int n = 0; n < kN && shown < 3; ++n) {
@@ -205,7 +212,7 @@ int main() {
       scale = std::max(scale, std::fabs(ref[m * kN + n]));
     }
   }
-  if (run(a3, b3, 3, 128, 256, &d)) return 1;
+  if (run<3>(a3, b3, 128, 256, &d)) return 1;
   double worst = 0;
   for (int i = 0; i < kM * kN; ++i) worst = std::max(worst, std::fabs(d[i] - ref[i]));
   printf("3xtf32   max |err| / max |ref| %.2e  (1xTF32 would be ~1e-3; the kernels need <= 1e-5)\n",

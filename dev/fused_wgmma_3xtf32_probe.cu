@@ -49,10 +49,17 @@
 #include <string>
 #include <vector>
 
+#include "cuda/ptx.h"  // split_tf32, shared_address, the cluster barrier
 #include "latentkv/latentkv.h"
 #include "probe_timing.h"
 
 namespace {
+
+using latentkv::detail::cluster_arrive;
+using latentkv::detail::cluster_wait;
+using latentkv::detail::shared_address;
+using latentkv::detail::Split;
+using latentkv::detail::split_tf32;
 
 constexpr int kD = 256, kR = 48, kN = 128, kHeads = 4, kHeadDim = 32;  // the founding widths
 constexpr int kCols = 2 * kN;          // [K | V] columns
@@ -174,18 +181,15 @@ __device__ __forceinline__ uint64_t desc(uint32_t address, uint32_t sbo) {
   return kSwapOffsets ? smem_desc(address, sbo, 128) : smem_desc(address, 128, sbo);
 }
 
-__device__ __forceinline__ uint32_t big_half(float x) { return __float_as_uint(x) & 0xffffe000u; }
-__device__ __forceinline__ uint32_t small_half(float x) {
-  return __float_as_uint(x - __uint_as_float(big_half(x)));
-}
 
 // Four values into big and small halves.
 __device__ __forceinline__ void split4(const float (&x)[4], uint32_t (&big)[4],
                                        uint32_t (&small)[4]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    big[i] = big_half(x[i]);
-    small[i] = small_half(x[i]);
+    const Split h = split_tf32(x[i]);
+    big[i] = h.big;
+    small[i] = h.small;
   }
 }
 
@@ -398,10 +402,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kDownCols / 2; ++i) acc[i] = 0.f;
     const int n0 = kSplitDepth ? 0 : wg * kDownCols;  // the warpgroup's first latent column
-    const uint32_t b_big =
-        static_cast<uint32_t>(__cvta_generic_to_shared(down_big)) + (n0 / 8) * kDownSbo;
-    const uint32_t b_small =
-        static_cast<uint32_t>(__cvta_generic_to_shared(down_small)) + (n0 / 8) * kDownSbo;
+    const uint32_t b_big = shared_address(down_big) + (n0 / 8) * kDownSbo;
+    const uint32_t b_small = shared_address(down_small) + (n0 / 8) * kDownSbo;
     uint32_t a_big[2][2][4], a_small[2][2][4];  // [register set][e][fragment]
     fence_registers(acc);
 #pragma unroll
@@ -421,7 +423,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int j = 0; j < kDownCols / 8; ++j) {
       const int c = n0 + 8 * j + 2 * q;
-      *reinterpret_cast<float2*>(tile + row0 * kLatentLd + c) = make_float2(acc[4 * j], acc[4 * j + 1]);
+      *reinterpret_cast<float2*>(tile + row0 * kLatentLd + c) =
+          make_float2(acc[4 * j], acc[4 * j + 1]);
       *reinterpret_cast<float2*>(tile + (row0 + 8) * kLatentLd + c) =
           make_float2(acc[4 * j + 2], acc[4 * j + 3]);
     }
@@ -430,10 +433,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Up: the warpgroup's kWgCols columns; A is the latent tile (the two partial tiles' sum with
   // kSplitDepth).
-  const uint32_t b_big = static_cast<uint32_t>(__cvta_generic_to_shared(up_big)) +
-                         (wg * kWgCols / 8) * kUpSbo;
-  const uint32_t b_small = static_cast<uint32_t>(__cvta_generic_to_shared(up_small)) +
-                           (wg * kWgCols / 8) * kUpSbo;
+  const uint32_t b_big = shared_address(up_big) + (wg * kWgCols / 8) * kUpSbo;
+  const uint32_t b_small = shared_address(up_small) + (wg * kWgCols / 8) * kUpSbo;
   up_and_store<kWgCols, kSplitDepth ? 2 : 1, kSwapOffsets>(latent, b_big, b_small,
                                                            col0 + wg * kWgCols, row0, q, t0,
                                                            tokens, out);
@@ -495,7 +496,7 @@ __device__ __forceinline__ uint32_t cluster_address(const float* local, uint32_t
   uint32_t remote = 0;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
                : "=r"(remote)
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(local))), "r"(rank));
+               : "r"(shared_address(local)), "r"(rank));
   return remote;
 }
 __device__ __forceinline__ void store_cluster_shared2(float* local, uint32_t rank, float x,
@@ -509,12 +510,6 @@ __device__ __forceinline__ void store_cluster_shared4(float* local, uint32_t ran
                    cluster_address(local, rank)),
                "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
                : "memory");
-}
-__device__ __forceinline__ void cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 // A warpgroup's accumulators [64, 48] (wgmma's layout) into `tile` rows row0, row0 + 8; with
@@ -584,8 +579,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t a_big[Shape::kPairsWg][2][4], a_small[Shape::kPairsWg][2][4];
 #pragma unroll
     for (int u = 0; u < Shape::kPairsWg; ++u) split_pair(h0[u], h1[u], a_big[u], a_small[u]);
-    const uint32_t b_big = static_cast<uint32_t>(__cvta_generic_to_shared(down_big));
-    const uint32_t b_small = static_cast<uint32_t>(__cvta_generic_to_shared(down_small));
+    const uint32_t b_big = shared_address(down_big);
+    const uint32_t b_small = shared_address(down_small);
     fence_registers(part);
     wgmma_fence();
 #pragma unroll
@@ -634,10 +629,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Up: the warpgroup's half of the block's columns; A is the slots' sum.
   constexpr int kColsWg = Shape::kColsBlock / 2;
-  const uint32_t b_big = static_cast<uint32_t>(__cvta_generic_to_shared(up_big)) +
-                         (wg * kColsWg / 8) * kUpSbo;
-  const uint32_t b_small = static_cast<uint32_t>(__cvta_generic_to_shared(up_small)) +
-                           (wg * kColsWg / 8) * kUpSbo;
+  const uint32_t b_big = shared_address(up_big) + (wg * kColsWg / 8) * kUpSbo;
+  const uint32_t b_small = shared_address(up_small) + (wg * kColsWg / 8) * kUpSbo;
   up_and_store<kColsWg, Shape::kSlots, false>(slots, b_big, b_small, col0 + kColsWg * wg, row0, q,
                                               t0, tokens, out);
 }

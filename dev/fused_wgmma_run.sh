@@ -18,7 +18,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLATENTKV_BUILD_TEST
   -DLATENTKV_BUILD_BENCH=OFF > /dev/null || exit 1
 cmake --build "$build" --target latentkv > /dev/null || exit 1
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-"$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas=-v -Iinclude -Idev \
+"$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas=-v -Iinclude -Isrc -Idev \
   dev/fused_wgmma_3xtf32_probe.cu "$build/src/liblatentkv.a" -lcublasLt -lcublas \
   -o /tmp/fused_wgmma_probe 2>&1 | grep -E "registers|spill|warn" | tee -a "$log"
 [ -x /tmp/fused_wgmma_probe ] || exit 1

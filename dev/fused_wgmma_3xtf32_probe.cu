@@ -635,21 +635,30 @@ __global__ void __launch_bounds__(kThreads, 1)
                                               t0, tokens, out);
 }
 
+// The launch of `tiles` clusters of kBlocks blocks; `attribute` holds the cluster's shape.
 template <int kBlocks, bool kLocalSum>
-cudaError_t launch_cluster(const float* hidden, const float* w_down, const float* w_up_k,
-                           const float* w_up_v, float* out, int tokens, cudaStream_t stream) {
+cudaLaunchConfig_t cluster_config(int tiles, cudaStream_t stream, cudaLaunchAttribute* attribute) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3((tokens + kTileTokens - 1) / kTileTokens, kBlocks);
+  config.gridDim = dim3(tiles, kBlocks);
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = ClusterShape<kBlocks, kLocalSum>::kSmemBytes;
   config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = kBlocks;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
+  *attribute = cudaLaunchAttribute{};
+  attribute->id = cudaLaunchAttributeClusterDimension;
+  attribute->val.clusterDim.x = 1;
+  attribute->val.clusterDim.y = kBlocks;
+  attribute->val.clusterDim.z = 1;
+  config.attrs = attribute;
   config.numAttrs = 1;
+  return config;
+}
+
+template <int kBlocks, bool kLocalSum>
+cudaError_t launch_cluster(const float* hidden, const float* w_down, const float* w_up_k,
+                           const float* w_up_v, float* out, int tokens, cudaStream_t stream) {
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = cluster_config<kBlocks, kLocalSum>(
+      (tokens + kTileTokens - 1) / kTileTokens, stream, &attribute);
   return cudaLaunchKernelEx(&config, fused_wgmma_3xtf32_cluster<kBlocks, kLocalSum>, hidden,
                             w_down, w_up_k, w_up_v, out, tokens);
 }
@@ -659,6 +668,20 @@ cudaError_t opt_in_cluster() {
   return cudaFuncSetAttribute(fused_wgmma_3xtf32_cluster<kBlocks, kLocalSum>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(ClusterShape<kBlocks, kLocalSum>::kSmemBytes));
+}
+
+// How many clusters of the variant an H200 holds at once (the dispatch's "4 x tiles <= SMs"
+// assumes SMs / 4; GPCs whose SM count is not a multiple of 4 leave some out).
+template <int kBlocks, bool kLocalSum>
+int print_resident_clusters(const char* name) {
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = cluster_config<kBlocks, kLocalSum>(132, nullptr, &attribute);
+  int clusters = 0;
+  CK(cudaOccupancyMaxActiveClusters(&clusters, fused_wgmma_3xtf32_cluster<kBlocks, kLocalSum>,
+                                    &config));
+  printf("%s: %d clusters of %d blocks (%zu bytes of shared memory each) resident at once\n", name,
+         clusters, kBlocks, ClusterShape<kBlocks, kLocalSum>::kSmemBytes);
+  return 0;
 }
 
 using LaunchFn = cudaError_t (*)(const float*, const float*, const float*, const float*, float*,
@@ -824,6 +847,11 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   printf("%s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
   for (const Variant& v : kVariants) CK(v.opt_in());
+  if (print_resident_clusters<4, false>("cl4_c32") != 0 ||
+      print_resident_clusters<4, true>("cl4s_c32") != 0 ||
+      print_resident_clusters<8, true>("cl8s_c16") != 0) {
+    return 1;
+  }
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::vector<int> tokens = {1, 100, 384, 733, 1024, 2048, 4096, 6143, 6144, 16384};

@@ -90,10 +90,10 @@ void reference_kv_proj(const Problem& p, const HostInputs& in, std::vector<doubl
   const int64_t t_count = p.tokens(), d_count = p.model_dim, r_count = p.rank, n = p.kv_width();
   std::vector<double> lat(static_cast<size_t>(t_count * r_count), 0.0);  // [T, R]
   for (int64_t t = 0; t < t_count; ++t) {
-    double* lrow = &lat[t * r_count];
+    double* lrow = lat.data() + t * r_count;
     for (int64_t d = 0; d < d_count; ++d) {
       const double h = in.hidden[t * d_count + d];
-      const float* wrow = &in.w_down[d * r_count];
+      const float* wrow = in.w_down.data() + d * r_count;
       for (int64_t r = 0; r < r_count; ++r) lrow[r] += h * wrow[r];
     }
   }
@@ -103,8 +103,8 @@ void reference_kv_proj(const Problem& p, const HostInputs& in, std::vector<doubl
     double* vrow = out->data() + (t_count + t) * n;
     for (int64_t r = 0; r < r_count; ++r) {
       const double l = lat[t * r_count + r];
-      const float* wk = &in.w_up_k[r * n];
-      const float* wv = &in.w_up_v[r * n];
+      const float* wk = in.w_up_k.data() + r * n;
+      const float* wv = in.w_up_v.data() + r * n;
       for (int64_t j = 0; j < n; ++j) {
         krow[j] += l * wk[j];
         vrow[j] += l * wv[j];

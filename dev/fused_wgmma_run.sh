@@ -29,7 +29,7 @@ echo "== sweep" | tee -a "$log"
 timeout 240 /tmp/fused_wgmma_probe "$@" 2>&1 | tee -a "$log"
 for tool in memcheck racecheck; do
   echo "== compute-sanitizer $tool (the probe's kernels)" | tee -a "$log"
-  timeout 100 compute-sanitizer --tool "$tool" --kernel-name regex:fused_wgmma \
+  timeout 100 compute-sanitizer --tool "$tool" --kernel-name kns=fused_wgmma \
     /tmp/fused_wgmma_probe --check 1 100 2>&1 | tail -8 | tee -a "$log"
 done
 for t in 6144 384; do

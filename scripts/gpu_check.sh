@@ -6,6 +6,8 @@
 #   bash scripts/gpu_check.sh [stage ...]
 # stages: build test sanitize bench ab mla python pybench (none given: all but ab)
 #   SANITIZE_FILTER   gtest filter for compute-sanitizer (default: every GPU test)
+#   SANITIZE_TOOLS    compute-sanitizer tools (default "memcheck racecheck"; initcheck finds
+#                     reads of device memory nothing wrote, synccheck barriers some threads miss)
 #   CTEST             0: the test stage runs the GPU test binary only, not ctest as well
 #   BENCH_ARGS        latentkv-bench arguments of the bench stage (default: --sweep, then --sweep-mla)
 #   AB_TAR            ab: a `git archive` of the earlier tree (e.g. .carry/base.tar); both trees'
@@ -59,7 +61,7 @@ if want test; then
 fi
 
 if want sanitize; then
-  for tool in memcheck racecheck; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     compute-sanitizer --tool $tool --error-exitcode 17 $TEST_GPU --gtest_brief=1 \
       --gtest_filter="${SANITIZE_FILTER:-*}" >"$LOGS/sanitize_$tool.log" 2>&1; rc=$?
     note "compute-sanitizer $tool rc=$rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitize_$tool.log" | head -1)"

@@ -791,7 +791,10 @@ int run_case(int tokens, size_t l2_bytes, bool check_only, cudaStream_t stream) 
   void* workspace = nullptr;
   if (workspace_bytes > 0) CK(cudaMalloc(&workspace, workspace_bytes));
   latentkv::Strategy strategy = latentkv::Strategy::kAuto;
-  const auto library_call = [&](int s) {
+  // Graph capture passes call indices past the sets (calls = a multiple of sets, >= 64): each
+  // call takes set s % sets.
+  const auto library_call = [&](int c) {
+    const int s = c % sets;
     latentkv::Args args = latentkv::contiguous_args(problem, all[s].hidden, all[s].w_down,
                                                     all[s].w_up_k, all[s].w_up_v, all[s].out);
     args.workspace = workspace;
@@ -825,7 +828,8 @@ int run_case(int tokens, size_t l2_bytes, bool check_only, cudaStream_t stream) 
   printf("T=%-6d sets=%-4d %-10s %-18s err %.2e  %8.2f us\n", tokens, sets, "library",
          latentkv::to_string(strategy), err, us);
   for (const Variant& v : kVariants) {
-    const auto call = [&](int s) {
+    const auto call = [&](int c) {
+      const int s = c % sets;
       const cudaError_t e = v.launch(all[s].hidden, all[s].w_down, all[s].w_up_k, all[s].w_up_v,
                                      all[s].out, tokens, stream);
       if (e != cudaSuccess) printf("%s: %s\n", v.name, cudaGetErrorString(e));

@@ -1,7 +1,8 @@
 // MEASURED 2026-12-05 01:47 UTC (H200; experiments.md, session 22): every variant correct (1-3e-6;
-// memcheck 0 errors, racecheck 0 hazards) and 1.1-4.2x slower than the library at every T (best:
-// cl4s_c32, 6.35-7.32 us at T = 1..1024 against 3.15-7.45): each block stages and splits all of
-// its weights, a fixed cost per 64-token tile. Kept for the record; not shipped.
+// memcheck 0 errors, racecheck 0 hazards) and no faster than the library anywhere (best: cl4s_c32,
+// 6.35 / 7.10 / 7.20 / 7.32 us at T = 1 / 384 / 733 / 1024 against 3.15 / 6.22 / 7.17 / 7.45; the
+// one-block variants 1.6-4.2x the library): each block stages and splits all of its weights, a
+// fixed cost per 64-token tile. Kept for the record; not shipped.
 // Probe (issue 17, the founding widths at every T): cuda-fused's projection on Hopper's wgmma in
 // 3xTF32, against the library's kAuto in the same run (at these widths: the register tiles to
 // ~500 tokens, the tensor-core configuration to ~1000, the token tiles on mma.sync past that).

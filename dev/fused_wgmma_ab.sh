@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# NOT RUN: the probe (dev/fused_wgmma_run.sh, 2026-12-05 01:47 UTC) measured these kernels 1.1-4.2x
-# slower than cuda-fused at every T (experiments.md, session 22), so this A/B was not needed.
+# NOT RUN: the probe (dev/fused_wgmma_run.sh, 2026-12-05 01:47 UTC) measured these kernels no faster
+# than cuda-fused at any T (experiments.md, session 22), so this A/B was not needed.
 # Issue 17 (written 2026-12-04, session 21; not run): the wgmma configurations as a patch of the
 # library (dev/fused_wgmma_configuration.patch, variant C) against the tree (A), through
 # dev/variants_ab.sh, after dev/fused_wgmma_run.sh has shown the probe's kernels correct.

@@ -45,3 +45,6 @@ profile mla_ka_v3_t1 $S "--preset deepseek-v3-mla --q-rank 0 --stage first --tok
 profile mla_ka_v3_qa_t1 $S "--preset deepseek-v3-mla --stage first --tokens 1" \
   mla_decode_fused_stage_a cuda-mla-decode
 for b in $S $C; do $b --tokens 1,3 --quiet 2>&1 | tail -3; done
+# One archive: the device tool brings back at most 8 files (2026-12-05 lost 4 of the 11).
+(cd "$OUT" && tar -czf founding_profile.tgz ncu_*.txt build_*.log sm_intake_probe.txt 2>/dev/null &&
+  rm -f ncu_*.txt build_*.log sm_intake_probe.txt)

@@ -31,7 +31,7 @@ dev/mla_fused_stage_a_no_barrier.patch" \
 fi
 PATCHES="dev/ka_probe_no_epilogue.patch dev/ka_probe_no_sync.patch dev/rt_probe_loads.patch \
 dev/rt_probe_no_up.patch dev/ot_probe_loads.patch dev/ot_probe_no_up.patch" \
-TEST_VARIANTS=A TESTS_A='*' \
+TEST_VARIANTS=${TEST_VARIANTS-A} TESTS_A='*' \
 CASES="--preset deepseek-v3-mla --q-rank 0 --stage first --tokens 1,2 --quiet;--preset seed --quiet;\
 --tokens 3,64 --quiet;--tokens 1 --quiet" \
 VARIANTS_0=ACD VARIANTS_1=AEF VARIANTS_2=AEF VARIANTS_3=AGH \

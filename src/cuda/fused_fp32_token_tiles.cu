@@ -5,14 +5,17 @@
 //
 // The tensor-core configuration (fused_fp32_tensor_core.cu) puts 8 tokens on the MMA's N, one tile
 // a block: a latency chain per tile that pays only while the tiles fit the SMs once. Here a block
-// tile is 16 x kM tokens (kM = 1, 2 or 4: the smallest whose grid fits the SMs once, 4 past
+// tile is 16 x kM tokens (kM = 1 to 4: the smallest whose grid fits the SMs once, 4 past
 // that), and the grid is persistent: each block copies w_down and its 256 columns of
 // [w_up_k | w_up_v] into shared memory once and walks its tiles, the next tile's hidden rows
-// arriving by cp.async during the current tile's up product. Per tile:
-//   down: latent [16 kM, R] = hidden [16 kM, D] @ w_down [D, R]; of the 16 warps, warp w takes
-//         m-tile w % kM and the n-tiles (8 latent columns each) w / kM, + 16 / kM, ...; no split
-//         over D, so the latent goes from the accumulators to shared memory (and to the latent
-//         output) once;
+// arriving by cp.async during the current tile's up product. Blocks of kM = 1, 2 and 4 have 16
+// warps; kM = 3 has 12 (kBlockThreads), so that every kM of 2 or more gives a warp the same
+// n-tiles (4 warps an m-tile) and a 48-token tile costs an SM three quarters of a 64-token one.
+// Per tile:
+//   down: latent [16 kM, R] = hidden [16 kM, D] @ w_down [D, R]; of the block's warps, warp w
+//         takes m-tile w % kM and the n-tiles (8 latent columns each) w / kM, + warps / kM, ...;
+//         no split over D, so the latent goes from the accumulators to shared memory (and to the
+//         latent output) once;
 //   up:   [K | V] [16 kM, 256] = latent @ [w_up_k | w_up_v], the same warp map over the block's
 //         32 column n-tiles; the accumulators are stored to K and V (two adjacent columns as one
 //         8-byte store where the layout allows).
@@ -50,6 +53,9 @@ constexpr int kMaxMTiles = tiles::kFusedTilesMaxMTiles;
 constexpr int kMaxRank = tiles::kFusedTilesMaxRank;
 constexpr int kBlockCols = tiles::kFusedTilesBlockCols;
 static_assert(kWarps % kMaxMTiles == 0, "every m-tile gets the same number of warps");
+// The block's threads for kM m-tiles: 12 warps at kM = 3, else 16.
+template <int kM>
+constexpr int kBlockThreads = kM == 3 ? 3 * kThreads / 4 : kThreads;
 
 struct TilesParams : FusedParamsBase {
   int tiles;         // token tiles of 16 kM tokens
@@ -124,7 +130,7 @@ template <int kM, bool kVectors>
 __device__ __forceinline__ void stage_hidden(const TilesParams& p, const TilesPlan& plan,
                                              float* hidden, int tile, int tid) {
   const int vectors = plan.k_rows / 4;  // per row
-  for (int i = tid; i < 16 * kM * vectors; i += kThreads) {
+  for (int i = tid; i < 16 * kM * vectors; i += kBlockThreads<kM>) {
     const int row = i / vectors, c = 4 * (i - row * vectors);
     const int token = tile * 16 * kM + row;
     const int count = token < p.tokens ? in_row(c, p.model_dim) : 0;
@@ -138,9 +144,11 @@ __device__ __forceinline__ void stage_hidden(const TilesParams& p, const TilesPl
 
 // kVectors: every input row is whole 16-byte vectors (kernel_args.h: fused_rows_16_bytes).
 template <int kM, bool kVectors>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kBlockThreads<kM>, 1)
     kv_proj_fused_3xtf32_tiles(const __grid_constant__ TilesParams p) {
-  constexpr int kGroups = kWarps / kM;  // warps per m-tile; a warp takes every kGroups-th n-tile
+  constexpr int kStride = kBlockThreads<kM>;
+  constexpr int kGroups = kStride / 32 / kM;  // warps per m-tile; a warp: every kGroups-th n-tile
+  static_assert(kStride / 32 % kM == 0, "every m-tile gets the same number of warps");
   constexpr int kDownTiles = kMaxRank / 8;
   constexpr int kDownPerWarp = kDownTiles > kGroups ? kDownTiles / kGroups : 1;
   constexpr int kUpPerWarp = kBlockCols / 8 / kGroups;
@@ -165,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // flight during the first down product, and the out offsets of those columns (-1 past 2N).
   stage_hidden<kM, kVectors>(p, plan, hidden_s, blockIdx.x, tid);
   constexpr int kRankVectors = kMaxRank / 4;  // every column a down n-tile reads
-  for (int i = tid; i < plan.k_rows * kRankVectors; i += kThreads) {
+  for (int i = tid; i < plan.k_rows * kRankVectors; i += kStride) {
     const int k = i / kRankVectors, c = 4 * (i % kRankVectors);
     const int count = k < D ? in_row(c, R) : 0;
     stage4<kVectors>(w_down_s + k * plan.down_ld + c,
@@ -174,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   commit_copies();
   constexpr int kColVectors = kBlockCols / 4;
-  for (int i = tid; i < plan.rank_cols * kColVectors; i += kThreads) {
+  for (int i = tid; i < plan.rank_cols * kColVectors; i += kStride) {
     const int r = i / kColVectors, c = 4 * (i % kColVectors);
     const int count = r < R ? in_row(c, cols) : 0;
     const auto source = [&](int j) {  // column j of [w_up_k | w_up_v], row r
@@ -190,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   commit_copies();
-  for (int c = tid; c < kBlockCols; c += kThreads) {
+  for (int c = tid; c < kBlockCols; c += kStride) {
     const int j = column0 + c, kv = j >= N, n = j - kv * N;
     const int64_t head = n / p.head_dim;
     col_offset_s[c] =
@@ -292,10 +300,12 @@ template <bool kVectors>
 Status opt_in_all(const DeviceFacts& f) {
   if (Status s = opt_in<1, kVectors>(f); !s.ok()) return s;
   if (Status s = opt_in<2, kVectors>(f); !s.ok()) return s;
+  if (Status s = opt_in<3, kVectors>(f); !s.ok()) return s;
   return opt_in<4, kVectors>(f);
 }
 
-// The per-device setup (prepared_device): the six kernels opted in to the device's shared memory.
+// The per-device setup (prepared_device): the eight kernels opted in to the device's shared
+// memory.
 struct TilesKernels {
   static Status setup(const DeviceFacts& f) {
     if (Status s = opt_in_all<true>(f); !s.ok()) return s;
@@ -305,10 +315,10 @@ struct TilesKernels {
 
 int64_t column_blocks(const Problem& p) { return ceil_div<int64_t>(2 * p.kv_width(), kBlockCols); }
 
-// m-tiles per block tile: the smallest of 1, 2, 4 whose grid of tiles x column blocks fits the
+// m-tiles per block tile: the smallest of 1, 2, 3, 4 whose grid of tiles x column blocks fits the
 // SMs once; 4 where none does (persistent blocks, several tiles each).
 int m_tiles(const Problem& p, const DeviceFacts& f) {
-  for (int m = 1; m < kMaxMTiles; m *= 2) {
+  for (int m = 1; m < kMaxMTiles; ++m) {
     if (ceil_div<int64_t>(p.tokens(), 16 * m) * column_blocks(p) <= f.sm_count) return m;
   }
   return kMaxMTiles;
@@ -320,7 +330,7 @@ void launch(const TilesParams& k, int64_t blocks_y, int sm_count, size_t smem, S
   const int64_t blocks_x = std::min<int64_t>(k.tiles, per_column_block);
   kv_proj_fused_3xtf32_tiles<kM, kVectors><<<dim3(static_cast<unsigned>(blocks_x),
                                         static_cast<unsigned>(blocks_y)),
-                                   kThreads, smem, stream>>>(k);
+                                   kBlockThreads<kM>, smem, stream>>>(k);
 }
 
 }  // namespace
@@ -351,6 +361,7 @@ Status run_fused_token_tiles(const Problem& p, const Args& a, const DeviceFacts&
   const bool vectors = fused_rows_16_bytes(p, a);
   if (m == 1) (vectors ? launch<1, true> : launch<1, false>)(k, blocks_y, f.sm_count, smem, stream);
   if (m == 2) (vectors ? launch<2, true> : launch<2, false>)(k, blocks_y, f.sm_count, smem, stream);
+  if (m == 3) (vectors ? launch<3, true> : launch<3, false>)(k, blocks_y, f.sm_count, smem, stream);
   if (m == 4) (vectors ? launch<4, true> : launch<4, false>)(k, blocks_y, f.sm_count, smem, stream);
   return cuda_status(cudaGetLastError(), "kv_proj_fused_3xtf32_tiles launch");
 }

@@ -56,9 +56,9 @@ constexpr int kFusedTcMaxModelDim = 256;
 constexpr int kFusedTcMaxRank = 64;
 constexpr int kFusedTcMaxUpTilesPerBlock = 16;  // one per warp: 256 of the 2N columns
 // Token-tile configuration (fused_fp32_token_tiles.cu, sm_80, 3xTF32 mma.sync m16n8k8): tokens
-// are the MMA's M, 16 x kM per block tile (kM = 1, 2 or 4 m-tiles, chosen per call); w_down and
+// are the MMA's M, 16 x kM per block tile (kM = 1 to 4 m-tiles, chosen per call); w_down and
 // the block's 256 columns of [w_up_k | w_up_v] stay in shared memory while the block walks its
-// tiles; 16 warps, warp w on m-tile w % kM and every (16 / kM)-th n-tile.
+// tiles; 16 warps (12 at kM = 3), warp w on m-tile w % kM and every (warps / kM)-th n-tile.
 constexpr int kFusedTilesThreads = 512;
 constexpr int kFusedTilesMaxMTiles = 4;
 constexpr int kFusedTilesMaxModelDim = 256;

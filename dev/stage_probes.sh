@@ -1,31 +1,30 @@
 #!/usr/bin/env bash
-# Issues 16 and 17, for the next device session (written 2026-12-04, session 20; not run): calls
-# that place the kernels' time by leaving stages out (H200.md: without counters, time variants
-# that leave one stage out and take differences), through dev/variants_ab.sh.
-#   bash dev/stage_probes.sh        the few-token kernels. A the tree (ALL GPU tests: they
-#       GPU-validate session 20's host-side change, mla_decode.cu bind_tensors()); C
-#       dev/ka_probe_no_epilogue.patch, D dev/ka_probe_no_sync.patch (KA, V3 kv first stage T=1,
-#       2); E dev/rt_probe_loads.patch, F dev/rt_probe_no_up.patch (register tiles: founding, T=3,
-#       T=64); G dev/ot_probe_loads.patch, H dev/ot_probe_no_up.patch (one-token, T=1).
-#   bash dev/stage_probes.sh wide   the tensor-core configuration's probes and two experiments. C
+# Issues 16 and 17 (written 2026-12-04, session 20; run 2026-12-05, session 23: the outcome is in
+# docs/experiments.md, session 23): calls that place the kernels' time by leaving stages out
+# (H200.md: without counters, time variants that leave one stage out and take differences),
+# through dev/variants_ab.sh.
+#   bash dev/stage_probes.sh        the few-token kernels. A the tree (ALL GPU tests; TEST_VARIANTS=
+#       Z skips them); C dev/ka_probe_no_epilogue.patch, D dev/ka_probe_no_sync.patch (KA, V3 kv
+#       first stage T=1, 2); E dev/rt_probe_loads.patch, F dev/rt_probe_no_up.patch (register
+#       tiles: founding, T=3, T=64); G dev/ot_probe_loads.patch, H dev/ot_probe_no_up.patch
+#       (one-token, T=1).
+#   bash dev/stage_probes.sh wide   the tensor-core configuration's probes and one experiment. C
 #       dev/tc_probe_loads.patch, D dev/tc_probe_no_up.patch (T=529, 733, 1024); E
-#       dev/fused_token_tiles_48.patch (T around 32 and 48 x SMs, with its tests); F
 #       dev/mla_fused_stage_a_no_barrier.patch (V3 first stage and whole path with q_a, with the
-#       *Mla* tests and the sanitizers on the fused cases).
+#       *Mla* tests and the sanitizers on the fused cases). Session 23's call also carried the
+#       48-token tiles, since shipped.
 # The probes write nothing, so their rows read "fail!"; only their times count. The bench prints
 # an empty kernel's graph time per row (empty_kernel_graph_us in the JSON logs).
 #   (run tool, no carry needed)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = wide ]; then
-  PATCHES="dev/tc_probe_loads.patch dev/tc_probe_no_up.patch dev/fused_token_tiles_48.patch \
-dev/mla_fused_stage_a_no_barrier.patch" \
-  TEST_VARIANTS=EF TESTS_E='GpuFusedTokenTiles.*:*GpuShapes*:*GpuGraphs*' TESTS_F='*Mla*' \
-  SANITIZE_F='MlaDecode/*fused*' \
-  CASES="--tokens 529,733,1024 --quiet;--tokens 4224,4225,6144,6336,6337 --quiet;\
+  PATCHES="dev/tc_probe_loads.patch dev/tc_probe_no_up.patch dev/mla_fused_stage_a_no_barrier.patch" \
+  TEST_VARIANTS=E TESTS_E='*Mla*' SANITIZE_E='MlaDecode/*fused*' \
+  CASES="--tokens 529,733,1024 --quiet;\
 --preset deepseek-v3-mla --q-rank 0 --stage first --tokens 1,2,4 --quiet;\
 --preset deepseek-v3-mla --stage first --tokens 1,16 --quiet;--preset deepseek-v3-mla --tokens 1 --quiet" \
-  VARIANTS_0=ACD VARIANTS_1=AE VARIANTS_2=AF VARIANTS_3=AF VARIANTS_4=AF \
+  VARIANTS_0=ACD VARIANTS_1=AE VARIANTS_2=AE VARIANTS_3=AE \
     bash dev/variants_ab.sh
   exit
 fi

@@ -315,22 +315,27 @@ struct TilesKernels {
 
 int64_t column_blocks(const Problem& p) { return ceil_div<int64_t>(2 * p.kv_width(), kBlockCols); }
 
+// Persistent blocks per column block (launch(): the tiles' grid, at most the SMs).
+int64_t blocks_per_column_block(const Problem& p, const DeviceFacts& f) {
+  return std::max<int64_t>(1, f.sm_count / column_blocks(p));
+}
+
 // m-tiles per block tile: the smallest of 1, 2, 3, 4 whose grid of tiles x column blocks fits the
-// SMs once; 4 where none does (persistent blocks, several tiles each).
+// SMs once. Where none does (persistent blocks, several tiles each), 3 or 4, whichever leaves the
+// busiest block fewer tokens (its tiles x 16 kM; 4 on a tie, the fewer tiles).
 int m_tiles(const Problem& p, const DeviceFacts& f) {
   for (int m = 1; m < kMaxMTiles; ++m) {
     if (ceil_div<int64_t>(p.tokens(), 16 * m) * column_blocks(p) <= f.sm_count) return m;
   }
-  return kMaxMTiles;
+  const auto busiest_tiles = [&](int m) {
+    return ceil_div<int64_t>(ceil_div<int64_t>(p.tokens(), 16 * m), blocks_per_column_block(p, f));
+  };
+  return 3 * busiest_tiles(3) < kMaxMTiles * busiest_tiles(kMaxMTiles) ? 3 : kMaxMTiles;
 }
 
 template <int kM, bool kVectors>
-void launch(const TilesParams& k, int64_t blocks_y, int sm_count, size_t smem, Stream stream) {
-  const int64_t per_column_block = std::max<int64_t>(1, sm_count / blocks_y);
-  const int64_t blocks_x = std::min<int64_t>(k.tiles, per_column_block);
-  kv_proj_fused_3xtf32_tiles<kM, kVectors><<<dim3(static_cast<unsigned>(blocks_x),
-                                        static_cast<unsigned>(blocks_y)),
-                                   kBlockThreads<kM>, smem, stream>>>(k);
+void launch(const TilesParams& k, dim3 grid, size_t smem, Stream stream) {
+  kv_proj_fused_3xtf32_tiles<kM, kVectors><<<grid, kBlockThreads<kM>, smem, stream>>>(k);
 }
 
 }  // namespace
@@ -357,12 +362,14 @@ Status run_fused_token_tiles(const Problem& p, const Args& a, const DeviceFacts&
                   a.out_stride_head % 2 == 0;
   const size_t smem =
       TilesPlan(static_cast<int>(p.model_dim), static_cast<int>(p.rank), m).bytes();
-  const int64_t blocks_y = column_blocks(p);
+  // gridDim.x: persistent blocks, each walking tiles x, x + gridDim.x, ...
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(k.tiles, blocks_per_column_block(p, f))),
+                  static_cast<unsigned>(column_blocks(p)));
   const bool vectors = fused_rows_16_bytes(p, a);
-  if (m == 1) (vectors ? launch<1, true> : launch<1, false>)(k, blocks_y, f.sm_count, smem, stream);
-  if (m == 2) (vectors ? launch<2, true> : launch<2, false>)(k, blocks_y, f.sm_count, smem, stream);
-  if (m == 3) (vectors ? launch<3, true> : launch<3, false>)(k, blocks_y, f.sm_count, smem, stream);
-  if (m == 4) (vectors ? launch<4, true> : launch<4, false>)(k, blocks_y, f.sm_count, smem, stream);
+  if (m == 1) (vectors ? launch<1, true> : launch<1, false>)(k, grid, smem, stream);
+  if (m == 2) (vectors ? launch<2, true> : launch<2, false>)(k, grid, smem, stream);
+  if (m == 3) (vectors ? launch<3, true> : launch<3, false>)(k, grid, smem, stream);
+  if (m == 4) (vectors ? launch<4, true> : launch<4, false>)(k, grid, smem, stream);
   return cuda_status(cudaGetLastError(), "kv_proj_fused_3xtf32_tiles launch");
 }
 

@@ -904,9 +904,10 @@ TEST(GpuFusedTensorCore, WindowEdges) {
 // At the founding widths: 4 x SMs + 1 (inside the tensor-core window: only the misaligned layouts
 // come here), the edges of the tile choice on this device (16 x SMs: the last grid of 16-token
 // tiles; 32 x SMs + 1: 48-token tiles of 12 warps, their last grid at 48 x SMs; 48 x SMs + 1:
-// 64-token tiles; 64 x SMs + 1: one block walks two tiles, three at 128 x SMs + 17), two
-// sequences meeting inside a tile (at 48-token tiles too: 2 x (20 x SMs + 3)). Past 8 x SMs (the
-// region at any width): tiny widths; D and R off their K steps (D = 252, R = 44:
+// 64-token tiles; past 64 x SMs persistent blocks walking 48-token tiles, two at 64 x SMs + 1,
+// three at 128 x SMs + 17, or 64-token tiles where those leave the busiest block fewer tokens, two
+// at 96 x SMs + 1), two sequences meeting inside a tile (at 48-token tiles too: 2 x (20 x SMs +
+// 3)). Past 8 x SMs (the region at any width): tiny widths; D and R off their K steps (D = 252, R = 44:
 // zero-filled rows and columns) with 2N = 264 (a second column block of 8 columns); 2N = 512 at
 // R = 64 (two full column blocks, the largest shared-memory plan); 2N = 120 (the last n-tile
 // partial); an odd head width (no pair stores); D, R and N odd. Each under the layouts above (the
@@ -921,7 +922,7 @@ TEST(GpuFusedTokenTiles, TileEdges) {
         shape(2, 8 * sms + 3, 256, 48, 4, 32), shape(1, 32 * sms + 1, 256, 48, 4, 32),
         shape(1, 48 * sms, 256, 48, 4, 32), shape(2, 20 * sms + 3, 256, 48, 4, 32),
         shape(1, 48 * sms + 1, 256, 48, 4, 32), shape(1, 64 * sms + 1, 256, 48, 4, 32),
-        shape(1, 128 * sms + 17, 256, 48, 4, 32),
+        shape(1, 128 * sms + 17, 256, 48, 4, 32), shape(1, 96 * sms + 1, 256, 48, 4, 32),
         shape(1, t, 4, 4, 3, 4), shape(1, 32 * sms + 5, 252, 44, 3, 44),
         shape(1, 16 * sms - 3, 256, 64, 8, 32), shape(1, 64 * sms + 9, 100, 40, 2, 30),
         shape(1, t + 7, 64, 16, 4, 3), shape(1, t + 11, 255, 45, 3, 15)}) {

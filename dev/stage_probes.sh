@@ -8,6 +8,13 @@
 #       first stage T=1, 2); E dev/rt_probe_loads.patch, F dev/rt_probe_no_up.patch (register
 #       tiles: founding, T=3, T=64); G dev/ot_probe_loads.patch, H dev/ot_probe_no_up.patch
 #       (one-token, T=1).
+#   bash dev/stage_probes.sh warm   (written in session 23, not run) the load probes with inputs
+#       rotated (weights from HBM) and with --no-rotate (one input set, warm in L2 and the TLBs),
+#       line by line: C dev/rt_probe_loads.patch (founding, T=64), D dev/ot_probe_loads.patch
+#       (T=1), E dev/tc_probe_loads.patch (T=733). Session 23 measured the loads at 2.6-4.1 us past
+#       the launch, ~1 us more than session 7's broadcast probe needed for 96 KB; if the warm
+#       rows drop to ~1-1.5 us, HBM latency (and page walks on fresh sets) is that cost, and no
+#       reordering of the loads inside the kernel removes it. No GPU tests (TEST_VARIANTS=Z).
 #   bash dev/stage_probes.sh wide   the tensor-core configuration's probes and one experiment. C
 #       dev/tc_probe_loads.patch, D dev/tc_probe_no_up.patch (T=529, 733, 1024); E
 #       dev/mla_fused_stage_a_no_barrier.patch (V3 first stage and whole path with q_a, with the
@@ -18,6 +25,17 @@
 #   (run tool, no carry needed)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = warm ]; then
+  PATCHES="dev/rt_probe_loads.patch dev/ot_probe_loads.patch dev/tc_probe_loads.patch" \
+  TEST_VARIANTS=Z \
+  CASES="--preset seed --quiet;--preset seed --no-rotate --quiet;--tokens 64 --quiet;\
+--tokens 64 --no-rotate --quiet;--tokens 1 --quiet;--tokens 1 --no-rotate --quiet;\
+--tokens 733 --quiet;--tokens 733 --no-rotate --quiet" \
+  VARIANTS_0=AC VARIANTS_1=AC VARIANTS_2=AC VARIANTS_3=AC VARIANTS_4=AD VARIANTS_5=AD \
+  VARIANTS_6=AE VARIANTS_7=AE \
+    bash dev/variants_ab.sh
+  exit
+fi
 if [ "${1:-}" = wide ]; then
   PATCHES="dev/tc_probe_loads.patch dev/tc_probe_no_up.patch dev/mla_fused_stage_a_no_barrier.patch" \
   TEST_VARIANTS=E TESTS_E='*Mla*' SANITIZE_E='MlaDecode/*fused*' \

@@ -7,7 +7,7 @@
 # (letters; TESTS_<letter> and SANITIZE_<letter> override the filters per variant), then every
 # bench line of CASES (';' separated latentkv-bench arguments; VARIANTS_<n>=letters limits line n
 # to some variants) on each variant, two rounds in alternating order, and prints one table: fused us per variant and the
-# baseline's. Logs in $OUT/logs.tgz (the device tool brings back at most 8 files).
+# baseline's, each row led by its CASES line number. Logs in $OUT/logs.tgz (the device tool brings back at most 8 files).
 #   AB_TAR=.carry/base.tar PATCHES=".carry/x.patch" CASES="--preset seed --tokens 1,64" \
 #     bash dev/variants_ab.sh
 set -uo pipefail
@@ -83,11 +83,11 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "bench_*.json"))):
         e = rows.setdefault(key, {})
         e.setdefault(v, []).append(t)
         if b: e.setdefault("base", []).append(b)
-print("us per call (graph replay, inputs rotated, median), two rounds per variant; base = the bench's baseline")
+print("us per call (graph replay, inputs rotated unless --no-rotate, median), two rounds per variant; base = the bench's baseline")
 vs = sorted({v for e in rows.values() for v in e if v != "base"})
 print(f"{'case':58s} " + " ".join(f"{v:>13s}" for v in vs) + f" {'base':>13s}")
 f = lambda xs: " ".join(f"{x:6.2f}" for x in xs if x) if xs else "-"
 for key in sorted(rows):
     e = rows[key]
-    print(f"{key[1][:58]:58s} " + " ".join(f"{f(e.get(v)):>13s}" for v in vs) + f" {f(e.get('base', [])[:2]):>13s}")
+    print(f"{f'{key[0]}: {key[1]}'[:58]:58s} " + " ".join(f"{f(e.get(v)):>13s}" for v in vs) + f" {f(e.get('base', [])[:2]):>13s}")
 PY

@@ -53,9 +53,7 @@ cmake --build "$build" --target latentkv_fuzz_check -j "$(nproc)"
 fuzzer="$build/tests/fuzz/latentkv_fuzz_check"
 found="$build/fuzz-corpus"  # what this run adds; the committed corpus is only read
 mkdir -p "$found"
-# protect_shadow_gap=0: the CUDA runtime maps memory where ASan's shadow gap would be.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-protect_shadow_gap=0:detect_leaks=0}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+source scripts/sanitizer_env.sh
 "$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
   -artifact_prefix="$build/" "$found" tests/fuzz/corpus
 if [ "${LATENTKV_FUZZ_MERGE:-0}" = 1 ]; then

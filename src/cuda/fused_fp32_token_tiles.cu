@@ -5,12 +5,12 @@
 //
 // The tensor-core configuration (fused_fp32_tensor_core.cu) puts 8 tokens on the MMA's N, one tile
 // a block: a latency chain per tile that pays only while the tiles fit the SMs once. Here a block
-// tile is 16 x kM tokens (kM = 1 to 4: the smallest whose grid fits the SMs once, 4 past
-// that), and the grid is persistent: each block copies w_down and its 256 columns of
+// tile is 16 x kM tokens (kM = 1 to 4, m_tiles: the smallest whose grid fits the SMs once, past
+// that 3 or 4), and the grid is persistent: each block copies w_down and its 256 columns of
 // [w_up_k | w_up_v] into shared memory once and walks its tiles, the next tile's hidden rows
 // arriving by cp.async during the current tile's up product. Blocks of kM = 1, 2 and 4 have 16
-// warps; kM = 3 has 12 (kBlockThreads), so that every kM of 2 or more gives a warp the same
-// n-tiles (4 warps an m-tile) and a 48-token tile costs an SM three quarters of a 64-token one.
+// warps; kM = 3 has 12 (kBlockThreads), so that a warp has the same n-tiles at kM = 3 as at 4
+// (4 warps an m-tile) and a 48-token tile costs an SM three quarters of a 64-token one.
 // Per tile:
 //   down: latent [16 kM, R] = hidden [16 kM, D] @ w_down [D, R]; of the block's warps, warp w
 //         takes m-tile w % kM and the n-tiles (8 latent columns each) w / kM, + warps / kM, ...;

@@ -29,6 +29,7 @@ Status device_facts(int device, const DeviceFacts** out) {
   std::call_once(once[device], [device] {
     const RelaxedCaptureScope relaxed;
     DeviceFacts& f = facts[device];
+    f.device = device;
     int smem = 0, cooperative = 0;
     const struct {
       int* value;

@@ -2,7 +2,8 @@
 // opt-in shared-memory limit, cooperative launch support), read once per device into one cache:
 // run() is on the hot path and must not query the driver each time. A kernel family that needs a
 // setup step once per device (opting its kernels in to more than 48 KB of dynamic shared memory)
-// gets it through prepared_device<Family>, whose failure every later call reports.
+// gets it through prepared_device<Family> (or prepare<Family> with facts already in hand), whose
+// failure every later call reports.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,6 +17,7 @@
 namespace latentkv::detail {
 
 struct DeviceFacts {
+  int device = 0;  // the tracked device number these facts are of
   int sm_count = 0;
   int major = 0, minor = 0;  // compute capability
   size_t smem_optin = 0;     // bytes of shared memory one block may opt in to (227 KB on Hopper)
@@ -27,20 +29,26 @@ struct DeviceFacts {
 Status device_facts(int device, const DeviceFacts** out);
 Status current_device_facts(const DeviceFacts** out);
 
-// The current device's facts after Family's static Status setup(const DeviceFacts&) has run once
-// on it. The caches live as long as the process.
+// Family's static Status setup(const DeviceFacts&) run once on the device `f` is of (its outcome
+// every later call returns). For a sub-configuration handed facts its caller already has: no
+// second driver query on the call's path.
 template <typename Family>
-Status prepared_device(const DeviceFacts** out) {
+Status prepare(const DeviceFacts& f) {
   static std::array<std::once_flag, kMaxTrackedDevices> once;
   static std::array<Status, kMaxTrackedDevices> setup;
-  int device = 0;
-  if (Status tracked = current_tracked_device(&device); !tracked.ok()) return tracked;
-  if (Status s = device_facts(device, out); !s.ok()) return s;
-  std::call_once(once[device], [device, out] {
+  std::call_once(once[f.device], [&f] {
     const RelaxedCaptureScope relaxed;
-    setup[device] = Family::setup(**out);
+    setup[f.device] = Family::setup(f);
   });
-  return setup[device];
+  return setup[f.device];
+}
+
+// The current device's facts after Family's setup has run once on it. The caches live as long as
+// the process.
+template <typename Family>
+Status prepared_device(const DeviceFacts** out) {
+  if (Status s = current_device_facts(out); !s.ok()) return s;
+  return prepare<Family>(**out);
 }
 
 }  // namespace latentkv::detail

@@ -281,18 +281,17 @@ Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& f, 
   return run_fused_cluster(p, a, f, stream, fused_cluster_blocks(p.tokens()));
 }
 
-Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& facts,
+Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& f,
                          Stream stream, int blocks) {
   if (blocks < 1 || blocks > kMaxBlocks) {
     return {StatusCode::kInvalidArgument, "cuda-fused cluster size blocks = " +
                                               std::to_string(blocks) + " is outside 1.." +
                                               std::to_string(kMaxBlocks)};
   }
-  const DeviceFacts* f = &facts;
-  if (Status s = prepared_device<ClusterKernels>(&f); !s.ok()) return s;
+  if (Status s = prepare<ClusterKernels>(f); !s.ok()) return s;
   ClusterParams k;
   copy_fused_args(p, a, k);
-  const int64_t tile = fused_cluster_tile_tokens(p.tokens(), blocks, f->sm_count);
+  const int64_t tile = fused_cluster_tile_tokens(p.tokens(), blocks, f.sm_count);
   k.blocks = blocks;
   k.tile_tokens = static_cast<int>(tile);
   k.d_chunk = static_cast<int>(chunk(p.model_dim, blocks));

@@ -248,14 +248,13 @@ bool fused_register_tiles_takes(const Problem& p, const Args& a, const DeviceFac
          smem_bytes(p) + kStaticSmemBytes <= f.smem_optin;
 }
 
-Status run_fused_register_tiles(const Problem& p, const Args& a, const DeviceFacts& facts,
+Status run_fused_register_tiles(const Problem& p, const Args& a, const DeviceFacts& f,
                                 Stream stream) {
-  const DeviceFacts* prepared = &facts;
-  if (Status s = prepared_device<RegisterTileKernels>(&prepared); !s.ok()) return s;
+  if (Status s = prepare<RegisterTileKernels>(f); !s.ok()) return s;
   FusedParamsBase k;
   copy_fused_args(p, a, k);
   const int cols =
-      fused_register_tile_cols(p.tokens(), token_tiles(p), 2 * p.kv_width(), prepared->sm_count);
+      fused_register_tile_cols(p.tokens(), token_tiles(p), 2 * p.kv_width(), f.sm_count);
   const dim3 grid(static_cast<unsigned>(token_tiles(p)),
                   static_cast<unsigned>(ceil_div<int64_t>(2 * p.kv_width(), cols)));
   if (cols == kNarrowCols) {

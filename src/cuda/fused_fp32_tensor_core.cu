@@ -274,11 +274,9 @@ bool fused_tensor_core_takes(const Problem& p, const Args& a, const DeviceFacts&
   return plan.bytes() + kStaticSmemBytes <= f.smem_optin;
 }
 
-Status run_fused_tensor_core(const Problem& p, const Args& a, const DeviceFacts& facts,
+Status run_fused_tensor_core(const Problem& p, const Args& a, const DeviceFacts& f,
                              Stream stream) {
-  const DeviceFacts* prepared = &facts;
-  if (Status s = prepared_device<TcKernels>(&prepared); !s.ok()) return s;
-  const DeviceFacts& f = *prepared;
+  if (Status s = prepare<TcKernels>(f); !s.ok()) return s;
   TcParams k;
   copy_fused_args(p, a, k);
   k.up_tiles = static_cast<int>(up_tiles(p));  // within the grid's one wave: int

@@ -348,11 +348,9 @@ bool fused_token_tiles_takes(const Problem& p, const Args& a, const DeviceFacts&
   return plan.bytes() <= f.smem_optin;
 }
 
-Status run_fused_token_tiles(const Problem& p, const Args& a, const DeviceFacts& facts,
+Status run_fused_token_tiles(const Problem& p, const Args& a, const DeviceFacts& f,
                              Stream stream) {
-  const DeviceFacts* prepared = &facts;
-  if (Status s = prepared_device<TilesKernels>(&prepared); !s.ok()) return s;
-  const DeviceFacts& f = *prepared;
+  if (Status s = prepare<TilesKernels>(f); !s.ok()) return s;
   const int m = m_tiles(p, f);
   TilesParams k;
   copy_fused_args(p, a, k);

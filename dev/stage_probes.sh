@@ -15,9 +15,13 @@
 #       the launch, ~1 us more than session 7's broadcast probe needed for 96 KB; if the warm
 #       rows drop to ~1-1.5 us, HBM latency (and page walks on fresh sets) is that cost, and no
 #       reordering of the loads inside the kernel removes it. No GPU tests (TEST_VARIANTS=Z).
-#       Written in session 24, same call: F dev/tt_probe_loads.patch, G dev/tt_probe_no_up.patch
-#       (the token tiles at T = 2048, 4096, 6144 rotated, 6144 warm): where the 13.5 us of
-#       T=6144 go, loads, down product, up product with the stores (issue 17's 8 us target).
+#   bash dev/stage_probes.sh tiles  (written in session 24, not run) the token tiles (issue 17's
+#       T=6144: 13.5 us against 8). C dev/tt_probe_loads.patch, D dev/tt_probe_no_up.patch at
+#       T = 2048, 4096, 6144 rotated and 6144 warm: loads, down product, up product with the stores.
+#       E dev/fused_token_tiles_k_chunks.patch (the first tile's hidden rows and w_down in 4
+#       groups along K, the down product starting on the first) at the same rows and at T = 8449,
+#       10000 (persistent blocks), with the token-tile, shape and graph GPU tests and memcheck and
+#       racecheck on the token tiles.
 #   bash dev/stage_probes.sh wide   the tensor-core configuration's probes and one experiment. C
 #       dev/tc_probe_loads.patch, D dev/tc_probe_no_up.patch (T=529, 733, 1024); E
 #       dev/mla_fused_stage_a_no_barrier.patch (V3 first stage and whole path with q_a, with the
@@ -29,15 +33,23 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = warm ]; then
-  PATCHES="dev/rt_probe_loads.patch dev/ot_probe_loads.patch dev/tc_probe_loads.patch \
-dev/tt_probe_loads.patch dev/tt_probe_no_up.patch" \
+  PATCHES="dev/rt_probe_loads.patch dev/ot_probe_loads.patch dev/tc_probe_loads.patch" \
   TEST_VARIANTS=Z \
   CASES="--preset seed --quiet;--preset seed --no-rotate --quiet;--tokens 64 --quiet;\
 --tokens 64 --no-rotate --quiet;--tokens 1 --quiet;--tokens 1 --no-rotate --quiet;\
---tokens 733 --quiet;--tokens 733 --no-rotate --quiet;--tokens 2048,4096,6144 --quiet;\
---tokens 6144 --no-rotate --quiet" \
+--tokens 733 --quiet;--tokens 733 --no-rotate --quiet" \
   VARIANTS_0=AC VARIANTS_1=AC VARIANTS_2=AC VARIANTS_3=AC VARIANTS_4=AD VARIANTS_5=AD \
-  VARIANTS_6=AE VARIANTS_7=AE VARIANTS_8=AFG VARIANTS_9=AFG \
+  VARIANTS_6=AE VARIANTS_7=AE \
+    bash dev/variants_ab.sh
+  exit
+fi
+if [ "${1:-}" = tiles ]; then
+  PATCHES="dev/tt_probe_loads.patch dev/tt_probe_no_up.patch dev/fused_token_tiles_k_chunks.patch" \
+  TEST_VARIANTS=E TESTS_E='GpuFusedTokenTiles.*:*GpuShapes*:*GpuGraphs*' \
+  SANITIZE_E='GpuFusedTokenTiles.*' \
+  CASES="--tokens 2048,4096,6144 --quiet;--tokens 6144 --no-rotate --quiet;\
+--tokens 8449,10000 --quiet" \
+  VARIANTS_0=ACDE VARIANTS_1=ACDE VARIANTS_2=AE \
     bash dev/variants_ab.sh
   exit
 fi

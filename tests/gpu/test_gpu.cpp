@@ -910,8 +910,10 @@ TEST(GpuFusedTensorCore, WindowEdges) {
 // 3)). Past 8 x SMs (the region at any width): tiny widths; D and R off their K steps (D = 252,
 // R = 44: zero-filled rows and columns) with 2N = 264 (a second column block of 8 columns); 2N = 512 at
 // R = 64 (two full column blocks, the largest shared-memory plan); 2N = 120 (the last n-tile
-// partial); an odd head width (no pair stores); D, R and N odd. Each under the layouts above (the
-// padded outputs store element by element; the misaligned inputs are staged by element loads).
+// partial); an odd head width (no pair stores); D, R and N odd; R past 48 at 48- and 64-token
+// tiles (R = 64, 52) and R = 48 with D = 200 (25 K steps, an odd count) at 48-token tiles. Each
+// under the layouts above (the padded outputs store element by element; the misaligned inputs
+// are staged by element loads).
 TEST(GpuFusedTokenTiles, TileEdges) {
   SKIP_WITHOUT_CUDA();
   const int64_t sms = device_sm_count();
@@ -925,7 +927,9 @@ TEST(GpuFusedTokenTiles, TileEdges) {
         shape(1, 128 * sms + 17, 256, 48, 4, 32), shape(1, 96 * sms + 1, 256, 48, 4, 32),
         shape(1, t, 4, 4, 3, 4), shape(1, 32 * sms + 5, 252, 44, 3, 44),
         shape(1, 16 * sms - 3, 256, 64, 8, 32), shape(1, 64 * sms + 9, 100, 40, 2, 30),
-        shape(1, t + 7, 64, 16, 4, 3), shape(1, t + 11, 255, 45, 3, 15)}) {
+        shape(1, t + 7, 64, 16, 4, 3), shape(1, t + 11, 255, 45, 3, 15),
+        shape(1, 32 * sms + 1, 256, 64, 4, 32), shape(1, 48 * sms + 1, 200, 52, 2, 24),
+        shape(1, 40 * sms + 7, 200, 48, 2, 24)}) {
     expect_fused_layouts(p);
     if (HasFatalFailure()) return;
   }

@@ -20,12 +20,11 @@
 #       T = 2048, 4096, 6144 rotated and 6144 warm: loads, down product, up product with the stores.
 #       E dev/fused_token_tiles_k_chunks.patch (the first tile's hidden rows and w_down in 4
 #       groups along K, the down product starting on the first) at the same rows and at T = 8449,
-#       10000 (persistent blocks), with the token-tile, shape and graph GPU tests and memcheck and
-#       racecheck on the token tiles; F dev/fused_token_tiles_triples.patch (E plus a down-product
+#       10000 (persistent blocks); F dev/fused_token_tiles_triples.patch (E plus a down-product
 #       mapping of 3 n-tiles and half the K steps a warp where R <= 48), G
 #       dev/fused_token_tiles_staging.patch (F plus staging loops without divisions: a row table,
-#       increments, running pointers), the same rows and tests (the sanitizers on G only: it
-#       carries E and F).
+#       increments, running pointers), the same rows. The GPU tests and the sanitizers run on G
+#       only (it carries E and F; the bench checks every variant's rows against float64).
 #   bash dev/stage_probes.sh wide   the tensor-core configuration's probes and one experiment. C
 #       dev/tc_probe_loads.patch, D dev/tc_probe_no_up.patch (T=529, 733, 1024); E
 #       dev/mla_fused_stage_a_no_barrier.patch (V3 first stage and whole path with q_a, with the
@@ -50,7 +49,7 @@ fi
 if [ "${1:-}" = tiles ]; then
   PATCHES="dev/tt_probe_loads.patch dev/tt_probe_no_up.patch dev/fused_token_tiles_k_chunks.patch \
 dev/fused_token_tiles_triples.patch dev/fused_token_tiles_staging.patch" \
-  TEST_VARIANTS=EFG TESTS='GpuFusedTokenTiles.*:*GpuShapes*:*GpuGraphs*' \
+  TEST_VARIANTS=G TESTS='GpuFusedTokenTiles.*:*GpuShapes*:*GpuGraphs*' \
   SANITIZE_G='GpuFusedTokenTiles.*' \
   CASES="--tokens 2048,4096,6144 --quiet;--tokens 6144 --no-rotate --quiet;\
 --tokens 8449,10000 --quiet" \

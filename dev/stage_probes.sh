@@ -20,15 +20,16 @@
 #       alike: C's loads are hidden and w_down only) at the founding case, T=64 and
 #       T=3, with the register-tile, shape and graph GPU tests and the sanitizers on F.
 #   bash dev/stage_probes.sh tiles  (written in session 24, not run) the token tiles (issue 17's
-#       T=6144: 13.5 us against 8). C dev/tt_probe_loads.patch, D dev/tt_probe_no_up.patch at
-#       T = 2048, 4096, 6144 rotated and 6144 warm: loads, down product, up product with the stores.
-#       E dev/fused_token_tiles_k_chunks.patch (the first tile's hidden rows and w_down in 4
-#       groups along K, the down product starting on the first) at the same rows and at T = 8449,
-#       10000 (persistent blocks); F dev/fused_token_tiles_triples.patch (E plus a down-product
-#       mapping of 3 n-tiles and half the K steps a warp where R <= 48), G
-#       dev/fused_token_tiles_staging.patch (F plus staging loops without divisions: a row table,
-#       increments, running pointers), the same rows. The GPU tests and the sanitizers run on G
-#       only (it carries E and F; the bench checks every variant's rows against float64).
+#       T=6144: 13.5 us against 8), three stacked patches at T = 2048, 4096, 6144 and at 8449,
+#       10000 (persistent blocks): C dev/fused_token_tiles_k_chunks.patch (the first tile's
+#       hidden rows and w_down in 4 groups along K, the down product starting on the first), D
+#       dev/fused_token_tiles_triples.patch (C plus a down-product mapping of 3 n-tiles and half
+#       the K steps a warp where R <= 48), E dev/fused_token_tiles_staging.patch (D plus staging
+#       loops without divisions). The GPU tests and the sanitizers run on E only (it carries C
+#       and D; the bench checks every variant's rows against float64).
+#   bash dev/stage_probes.sh tprobe (written in session 24, not run) where the token tiles' time
+#       goes: C dev/tt_probe_loads.patch, D dev/tt_probe_no_up.patch at T = 2048, 4096, 6144
+#       rotated and 6144 warm: loads, down product, up product with the stores.
 #   bash dev/stage_probes.sh wide   the tensor-core configuration's probes and one experiment. C
 #       dev/tc_probe_loads.patch, D dev/tc_probe_no_up.patch (T=529, 733, 1024); E
 #       dev/mla_fused_stage_a_no_barrier.patch (V3 first stage and whole path with q_a, with the
@@ -53,13 +54,17 @@ dev/fused_register_tiles_w_up_early.patch" \
   exit
 fi
 if [ "${1:-}" = tiles ]; then
-  PATCHES="dev/tt_probe_loads.patch dev/tt_probe_no_up.patch dev/fused_token_tiles_k_chunks.patch \
-dev/fused_token_tiles_triples.patch dev/fused_token_tiles_staging.patch" \
-  TEST_VARIANTS=G TESTS='GpuFusedTokenTiles.*:*GpuShapes*:*GpuGraphs*' \
-  SANITIZE_G='GpuFusedTokenTiles.*' \
-  CASES="--tokens 2048,4096,6144 --quiet;--tokens 6144 --no-rotate --quiet;\
---tokens 8449,10000 --quiet" \
-  VARIANTS_0=ACDEFG VARIANTS_1=ACDEFG VARIANTS_2=AEFG \
+  PATCHES="dev/fused_token_tiles_k_chunks.patch dev/fused_token_tiles_triples.patch \
+dev/fused_token_tiles_staging.patch" \
+  TEST_VARIANTS=E TESTS_E='GpuFusedTokenTiles.*:*GpuShapes*:*GpuGraphs*' \
+  SANITIZE_E='GpuFusedTokenTiles.*' \
+  CASES="--tokens 2048,4096,6144 --quiet;--tokens 8449,10000 --quiet" \
+    bash dev/variants_ab.sh
+  exit
+fi
+if [ "${1:-}" = tprobe ]; then
+  PATCHES="dev/tt_probe_loads.patch dev/tt_probe_no_up.patch" TEST_VARIANTS=Z \
+  CASES="--tokens 2048,4096,6144 --quiet;--tokens 6144 --no-rotate --quiet" \
     bash dev/variants_ab.sh
   exit
 fi

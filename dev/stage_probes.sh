@@ -14,11 +14,12 @@
 #       (T=1), E dev/tc_probe_loads.patch (T=733). Session 23 measured the loads at 2.6-4.1 us past
 #       the launch, ~1 us more than session 7's broadcast probe needed for 96 KB; if the warm
 #       rows drop to ~1-1.5 us, HBM latency (and page walks on fresh sets) is that cost, and no
-#       reordering of the loads inside the kernel removes it. F (written in session 24)
+#       reordering of the loads inside the kernel removes it. No GPU tests (TEST_VARIANTS=Z). (C's
+#       loads are hidden and w_down only: ptxas moved its w_up loads into the never-taken branch.)
+#   bash dev/stage_probes.sh rtup   (written in session 24, not run) C
 #       dev/fused_register_tiles_w_up_early.patch (the register tiles' w_up loads kept before the
-#       copies' wait, where ptxas had sunk them below the barrier, in the shipped kernel and in C
-#       alike: C's loads are hidden and w_down only) at the founding case, T=64 and
-#       T=3, with the register-tile, shape and graph GPU tests and the sanitizers on F.
+#       copies' wait, where ptxas had sunk them below it and the barrier) at the founding case,
+#       T = 3, 16, 64, with the register-tile, shape and graph GPU tests and the sanitizers on C.
 #   bash dev/stage_probes.sh tiles  (written in session 24, not run) the token tiles (issue 17's
 #       T=6144: 13.5 us against 8), three stacked patches at T = 2048, 4096, 6144 and at 8449,
 #       10000 (persistent blocks): C dev/fused_token_tiles_k_chunks.patch (the first tile's
@@ -41,15 +42,21 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = warm ]; then
-  PATCHES="dev/rt_probe_loads.patch dev/ot_probe_loads.patch dev/tc_probe_loads.patch \
-dev/fused_register_tiles_w_up_early.patch" \
-  TEST_VARIANTS=F TESTS_F='GpuFusedRegisterTiles.*:*GpuShapes*:*GpuGraphs*' \
-  SANITIZE_F='GpuFusedRegisterTiles.*' \
+  PATCHES="dev/rt_probe_loads.patch dev/ot_probe_loads.patch dev/tc_probe_loads.patch" \
+  TEST_VARIANTS=Z \
   CASES="--preset seed --quiet;--preset seed --no-rotate --quiet;--tokens 64 --quiet;\
 --tokens 64 --no-rotate --quiet;--tokens 1 --quiet;--tokens 1 --no-rotate --quiet;\
---tokens 733 --quiet;--tokens 733 --no-rotate --quiet;--tokens 3,16 --quiet" \
-  VARIANTS_0=ACF VARIANTS_1=AC VARIANTS_2=ACF VARIANTS_3=AC VARIANTS_4=AD VARIANTS_5=AD \
-  VARIANTS_6=AE VARIANTS_7=AE VARIANTS_8=AF \
+--tokens 733 --quiet;--tokens 733 --no-rotate --quiet" \
+  VARIANTS_0=AC VARIANTS_1=AC VARIANTS_2=AC VARIANTS_3=AC VARIANTS_4=AD VARIANTS_5=AD \
+  VARIANTS_6=AE VARIANTS_7=AE \
+    bash dev/variants_ab.sh
+  exit
+fi
+if [ "${1:-}" = rtup ]; then
+  PATCHES="dev/fused_register_tiles_w_up_early.patch" \
+  TEST_VARIANTS=C TESTS_C='GpuFusedRegisterTiles.*:*GpuShapes*:*GpuGraphs*' \
+  SANITIZE_C='GpuFusedRegisterTiles.*' \
+  CASES="--preset seed --quiet;--tokens 3,16,64 --quiet" \
     bash dev/variants_ab.sh
   exit
 fi

@@ -34,6 +34,7 @@ for v in "${variants[@]}"; do
   pids+=($!)
 done
 wait "${pids[@]}"
+echo "builds done at ${SECONDS} s"
 for v in "${variants[@]}"; do [ -x $W/$v/bg/bench/latentkv-bench ] || { tail -30 "$L/build_$v.log"; exit 1; }; done
 grep -ihE "spill|bytes stack frame" "$L"/build_*.log | grep -v " 0 bytes spill" | sort | uniq -c | head
 for v in $(echo "${TEST_VARIANTS:-A}" | grep -o .); do
@@ -53,6 +54,7 @@ for v in $(echo "${TEST_VARIANTS:-A}" | grep -o .); do
     done
   fi
 done
+echo "tests and sanitizers done at ${SECONDS} s"
 IFS=';' read -ra lines <<< "${CASES:-}"
 for round in 1 2; do
   order=("${variants[@]}")
@@ -65,6 +67,7 @@ for round in 1 2; do
     done
   done
 done
+echo "bench rows done at ${SECONDS} s"
 python3 - "$L" <<'PY'
 import glob, json, os, re, sys
 rows = {}

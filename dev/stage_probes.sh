@@ -41,54 +41,50 @@
 #   (run tool, no carry needed)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if [ "${1:-}" = warm ]; then
-  PATCHES="dev/rt_probe_loads.patch dev/ot_probe_loads.patch dev/tc_probe_loads.patch" \
-  TEST_VARIANTS=Z \
-  CASES="--preset seed --quiet;--preset seed --no-rotate --quiet;--tokens 64 --quiet;\
+# Each mode sets variants_ab.sh's variables; one call at the end runs them.
+case "${1:-}" in
+  warm)
+    PATCHES="dev/rt_probe_loads.patch dev/ot_probe_loads.patch dev/tc_probe_loads.patch"
+    TEST_VARIANTS=Z
+    CASES="--preset seed --quiet;--preset seed --no-rotate --quiet;--tokens 64 --quiet;\
 --tokens 64 --no-rotate --quiet;--tokens 1 --quiet;--tokens 1 --no-rotate --quiet;\
---tokens 733 --quiet;--tokens 733 --no-rotate --quiet" \
-  VARIANTS_0=AC VARIANTS_1=AC VARIANTS_2=AC VARIANTS_3=AC VARIANTS_4=AD VARIANTS_5=AD \
-  VARIANTS_6=AE VARIANTS_7=AE \
-    bash dev/variants_ab.sh
-  exit
-fi
-if [ "${1:-}" = rtup ]; then
-  PATCHES="dev/fused_register_tiles_w_up_early.patch" \
-  TEST_VARIANTS=C TESTS_C='GpuFusedRegisterTiles.*:*GpuShapes*:*GpuGraphs*' \
-  SANITIZE_C='GpuFusedRegisterTiles.*' \
-  CASES="--preset seed --quiet;--tokens 3,16,64 --quiet" \
-    bash dev/variants_ab.sh
-  exit
-fi
-if [ "${1:-}" = tiles ]; then
-  PATCHES="dev/fused_token_tiles_k_chunks.patch dev/fused_token_tiles_triples.patch \
-dev/fused_token_tiles_staging.patch" \
-  TEST_VARIANTS=E TESTS_E='GpuFusedTokenTiles.*:*GpuShapes*:*GpuGraphs*' \
-  SANITIZE_E='GpuFusedTokenTiles.*' \
-  CASES="--tokens 2048,4096,6144 --quiet;--tokens 8449,10000 --quiet" \
-    bash dev/variants_ab.sh
-  exit
-fi
-if [ "${1:-}" = tprobe ]; then
-  PATCHES="dev/tt_probe_loads.patch dev/tt_probe_no_up.patch" TEST_VARIANTS=Z \
-  CASES="--tokens 2048,4096,6144 --quiet;--tokens 6144 --no-rotate --quiet" \
-    bash dev/variants_ab.sh
-  exit
-fi
-if [ "${1:-}" = wide ]; then
-  PATCHES="dev/tc_probe_loads.patch dev/tc_probe_no_up.patch dev/mla_fused_stage_a_no_barrier.patch" \
-  TEST_VARIANTS=E TESTS_E='*Mla*' SANITIZE_E='MlaDecode/*fused*' \
-  CASES="--tokens 529,733,1024 --quiet;\
+--tokens 733 --quiet;--tokens 733 --no-rotate --quiet"
+    export VARIANTS_0=AC VARIANTS_1=AC VARIANTS_2=AC VARIANTS_3=AC VARIANTS_4=AD VARIANTS_5=AD \
+      VARIANTS_6=AE VARIANTS_7=AE ;;
+  rtup)
+    PATCHES="dev/fused_register_tiles_w_up_early.patch"
+    TEST_VARIANTS=C
+    export TESTS_C='GpuFusedRegisterTiles.*:*GpuShapes*:*GpuGraphs*' \
+      SANITIZE_C='GpuFusedRegisterTiles.*'
+    CASES="--preset seed --quiet;--tokens 3,16,64 --quiet" ;;
+  tiles)
+    PATCHES="dev/fused_token_tiles_k_chunks.patch dev/fused_token_tiles_triples.patch \
+dev/fused_token_tiles_staging.patch"
+    TEST_VARIANTS=E
+    export TESTS_E='GpuFusedTokenTiles.*:*GpuShapes*:*GpuGraphs*' SANITIZE_E='GpuFusedTokenTiles.*'
+    CASES="--tokens 2048,4096,6144 --quiet;--tokens 8449,10000 --quiet" ;;
+  tprobe)
+    PATCHES="dev/tt_probe_loads.patch dev/tt_probe_no_up.patch"
+    TEST_VARIANTS=Z
+    CASES="--tokens 2048,4096,6144 --quiet;--tokens 6144 --no-rotate --quiet" ;;
+  wide)
+    PATCHES="dev/tc_probe_loads.patch dev/tc_probe_no_up.patch \
+dev/mla_fused_stage_a_no_barrier.patch"
+    TEST_VARIANTS=E
+    export TESTS_E='*Mla*' SANITIZE_E='MlaDecode/*fused*'
+    CASES="--tokens 529,733,1024 --quiet;\
 --preset deepseek-v3-mla --q-rank 0 --stage first --tokens 1,2,4 --quiet;\
---preset deepseek-v3-mla --stage first --tokens 1,16 --quiet;--preset deepseek-v3-mla --tokens 1 --quiet" \
-  VARIANTS_0=ACD VARIANTS_1=AE VARIANTS_2=AE VARIANTS_3=AE \
-    bash dev/variants_ab.sh
-  exit
-fi
-PATCHES="dev/ka_probe_no_epilogue.patch dev/ka_probe_no_sync.patch dev/rt_probe_loads.patch \
-dev/rt_probe_no_up.patch dev/ot_probe_loads.patch dev/ot_probe_no_up.patch" \
-TEST_VARIANTS=${TEST_VARIANTS-A} TESTS_A='*' \
-CASES="--preset deepseek-v3-mla --q-rank 0 --stage first --tokens 1,2 --quiet;--preset seed --quiet;\
---tokens 3,64 --quiet;--tokens 1 --quiet" \
-VARIANTS_0=ACD VARIANTS_1=AEF VARIANTS_2=AEF VARIANTS_3=AGH \
-  bash dev/variants_ab.sh
+--preset deepseek-v3-mla --stage first --tokens 1,16 --quiet;\
+--preset deepseek-v3-mla --tokens 1 --quiet"
+    export VARIANTS_0=ACD VARIANTS_1=AE VARIANTS_2=AE VARIANTS_3=AE ;;
+  *)
+    PATCHES="dev/ka_probe_no_epilogue.patch dev/ka_probe_no_sync.patch dev/rt_probe_loads.patch \
+dev/rt_probe_no_up.patch dev/ot_probe_loads.patch dev/ot_probe_no_up.patch"
+    TEST_VARIANTS=${TEST_VARIANTS-A}
+    export TESTS_A='*'
+    CASES="--preset deepseek-v3-mla --q-rank 0 --stage first --tokens 1,2 --quiet;\
+--preset seed --quiet;--tokens 3,64 --quiet;--tokens 1 --quiet"
+    export VARIANTS_0=ACD VARIANTS_1=AEF VARIANTS_2=AEF VARIANTS_3=AGH ;;
+esac
+export PATCHES TEST_VARIANTS CASES
+exec bash dev/variants_ab.sh

@@ -908,12 +908,12 @@ TEST(GpuFusedTensorCore, WindowEdges) {
 // three at 128 x SMs + 17, or 64-token tiles where those leave the busiest block fewer tokens, two
 // at 96 x SMs + 1), two sequences meeting inside a tile (at 48-token tiles too: 2 x (20 x SMs +
 // 3)). Past 8 x SMs (the region at any width): tiny widths; D and R off their K steps (D = 252,
-// R = 44: zero-filled rows and columns) with 2N = 264 (a second column block of 8 columns); 2N = 512 at
-// R = 64 (two full column blocks, the largest shared-memory plan); 2N = 120 (the last n-tile
-// partial); an odd head width (no pair stores); D, R and N odd; R past 48 at 48- and 64-token
-// tiles (R = 64, 52) and R = 48 with D = 200 (25 K steps, an odd count) at 48-token tiles. Each
-// under the layouts above (the padded outputs store element by element; the misaligned inputs
-// are staged by element loads).
+// R = 44: zero-filled rows and columns) with 2N = 264 (a second column block of 8 columns);
+// 2N = 512 at R = 64 (two full column blocks, the largest shared-memory plan); 2N = 120 (the last
+// n-tile partial); an odd head width (no pair stores); D, R and N odd; R past 48 at 48- and
+// 64-token tiles (R = 64, 52) and R = 48 with D = 200 (25 K steps, an odd count) at 48-token
+// tiles. Each under the layouts above (the padded outputs store element by element; the
+// misaligned inputs are staged by element loads).
 TEST(GpuFusedTokenTiles, TileEdges) {
   SKIP_WITHOUT_CUDA();
   const int64_t sms = device_sm_count();

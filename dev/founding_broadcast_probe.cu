@@ -1,4 +1,5 @@
-// Probe (not shipped, written for issue 17 on 2026-12-01; not yet run on a GPU): what does it cost
+// Probe (not shipped, written for issue 17 on 2026-12-01; run in session 8, experiments.md; the
+// rt-copy variants added on 2026-12-05, session 25, not yet run): what does it cost
 // to get the founding case's weights into every block, before any math? cuda-fused's streaming
 // grid at the founding case (T=384: 96 token tiles x 2 column halves = 192 blocks) reads the 96 KB
 // of weights (w_down [256, 48], [w_up_k | w_up_v] [48, 256], float32) from L2 in every block, all
@@ -19,6 +20,13 @@
 //   multicast-C   clusters of C blocks; block r bulk-copies its 1/C of the weights into the
 //                 shared memory of all C (cp.async.bulk .multicast::cluster, one mbarrier a
 //                 block): each weight byte leaves L2 once per cluster
+//   rt-copy       the register-tile kernel's own loads (w_down and the hidden tile by cp.async into
+//                 its padded layout, its w_up slice into registers, which ptxas issues after the
+//                 copies' wait as in that kernel), so that its copy is timed by this harness beside
+//                 smem: latentkv-bench read that kernel's loads at 4.1 us past the launch (session
+//                 23), ~2 us more than smem here
+//   rt-copy-pinned  the same with the w_up loads kept before the wait
+//   rt-copy-no-up the same without the w_up registers (what session 23's load probe timed)
 // for G = 96, 128, 192 blocks (4, 3, 2 tokens each). Every variant's fold is checked on constant
 // inputs (each value 1): a block that missed a byte reads a wrong sum.
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a dev/founding_broadcast_probe.cu \
@@ -107,6 +115,63 @@ __global__ void __launch_bounds__(kThreads) smem_kernel(const float* set, float*
   write_tile(out, tokens, acc);
 }
 
+// The register-tile kernel's loads (src/cuda/fused_fp32_register_tiles.cu at the founding case,
+// 256 columns a block): w_down [256, 48] copied by cp.async into shared rows of stride 52, the
+// block's hidden tile by cp.async, and (kUp) the lane's 12 rows of its 4-column group of
+// [w_up_k | w_up_v] [48, 256] loaded into registers before the wait, as that kernel means to.
+// Thread t then folds w_down row t, its hidden values and its w_up registers (48 + 48 + tokens).
+// kUp: kNone (no w_up loads), kAsWritten (ptxas moves the LDGs below the copies' wait, as in the
+// shipped kernel), kPinned (a use under a condition that never holds keeps them before it, as
+// dev/fused_register_tiles_w_up_early.patch does).
+enum class UpLoads { kNone, kAsWritten, kPinned };
+template <UpLoads kUp>
+__global__ void __launch_bounds__(kThreads) rt_copy_kernel(const float* set, float* out,
+                                                           int tokens) {
+  constexpr int kRank = 48, kStride = 52, kPieces = kRank / 4, kUpRows = 12;
+  extern __shared__ float4 rt_staged[];
+  float* w_down = reinterpret_cast<float*>(rt_staged);  // [kDim][kStride]
+  float* hidden = w_down + kDim * kStride;                // [tokens][kDim]
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const float* hidden_g = set + kWeightFloats + static_cast<int64_t>(blockIdx.x) * tokens * kDim;
+  for (int i = tid; i < tokens * kDim / 4; i += kThreads) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_address(hidden + 4 * i)),
+                 "l"(hidden_g + 4 * i));
+  }
+  for (int i = tid; i < kDim * kPieces; i += kThreads) {
+    const int row = i / kPieces, piece = i % kPieces;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                     smem_address(w_down + row * kStride + 4 * piece)),
+                 "l"(set + row * kRank + 4 * piece));
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+  float4 u[kUpRows];
+  if constexpr (kUp != UpLoads::kNone) {
+    const float* w_up = set + kDim * kRank;  // [kRank][256]
+    const int group = warp * 8 + lane / 4, slice = lane % 4;
+#pragma unroll
+    for (int i = 0; i < kUpRows; ++i) {
+      u[i] = *reinterpret_cast<const float4*>(w_up + (slice * kUpRows + i) * kDim + 4 * group);
+    }
+    if (kUp == UpLoads::kPinned && tokens < 0) {
+      float any = 0.f;
+#pragma unroll
+      for (int i = 0; i < kUpRows; ++i) any += u[i].x + u[i].y + u[i].z + u[i].w;
+      out[0] = any;
+    }
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  __syncthreads();
+  float acc = 0.f;
+  for (int c = 0; c < kRank; ++c) acc += w_down[tid * kStride + c];
+  for (int i = tid; i < tokens * kDim; i += kThreads) acc += hidden[i];
+  if constexpr (kUp != UpLoads::kNone) {
+#pragma unroll
+    for (int i = 0; i < kUpRows; ++i) acc += u[i].x + u[i].y + u[i].z + u[i].w;
+  }
+  write_tile(out, tokens, acc);
+}
+constexpr int kRtCopyBytes = (kDim * 52 + kTokens / 96 * kDim) * 4;  // at most 4 tokens a block
+
 // Clusters of kCluster blocks along x. Block r copies bytes [r, r + 1) / kCluster of the weights
 // into the same offset of every block's shared memory; each block's mbarrier expects all 96 KB.
 template <int kCluster>
@@ -177,6 +242,10 @@ int main() {
                           kWeightBytes));
   CK(cudaFuncSetAttribute(smem_kernel<Walk::kStagger>,
                           cudaFuncAttributeMaxDynamicSharedMemorySize, kWeightBytes));
+  for (auto kernel : {rt_copy_kernel<UpLoads::kNone>, rt_copy_kernel<UpLoads::kAsWritten>,
+                      rt_copy_kernel<UpLoads::kPinned>}) {
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRtCopyBytes));
+  }
   CK(cudaFuncSetAttribute(multicast_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           kWeightBytes));
   CK(cudaFuncSetAttribute(multicast_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -186,13 +255,14 @@ int main() {
   CK(cudaDeviceSynchronize());
 
   // Every input value is 1, so every output element of the grid must equal its thread's count.
-  auto check = [&](const char* name, int blocks, int tokens) -> int {
+  // weights: the weight values each thread folds (96 but for rt-copy-no-up's 48).
+  auto check = [&](const char* name, int blocks, int tokens, int weights) -> int {
     std::vector<float> host(static_cast<size_t>(kTokens) * kDim);
     CK(cudaMemcpy(host.data(), out, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
     // Thread t of a block folded kWeightFloats / kThreads weights (24 vectors: 96 floats) and
     // tokens * kDim / kThreads hidden values, and wrote that sum to tokens * kDim / kThreads
     // elements; so every output element equals 96 + tokens (kDim = kThreads).
-    const float expect = static_cast<float>(kWeightFloats / kThreads + tokens * kDim / kThreads);
+    const float expect = static_cast<float>(weights + tokens * kDim / kThreads);
     for (int b = 0; b < blocks; ++b) {
       for (int i = 0; i < tokens * kDim; ++i) {
         const float got = host[static_cast<size_t>(b) * tokens * kDim + i];
@@ -205,11 +275,12 @@ int main() {
     }
     return 0;
   };
-  auto measure = [&](const char* name, int blocks, int tokens, auto launch) -> int {
+  auto measure = [&](const char* name, int blocks, int tokens, auto launch,
+                     int weights = kWeightFloats / kThreads) -> int {
     launch(sets);  // one call on set 0, checked
     CK(cudaStreamSynchronize(stream));
     CK(cudaGetLastError());
-    if (name[0] != 'e' && check(name, blocks, tokens)) return 1;
+    if (name[0] != 'e' && check(name, blocks, tokens, weights)) return 1;
     float fresh = 0, reused = 0;
     if (graph_us_per_call(stream, kSets, [&](int c) { launch(sets + size_t(c) * set_floats); },
                           &fresh) ||
@@ -240,6 +311,16 @@ int main() {
     if (measure("empty", blocks, tokens, empty) || measure("l2", blocks, tokens, l2) ||
         measure("l2-stagger", blocks, tokens, l2s) || measure("smem", blocks, tokens, sm) ||
         measure("smem-stagger", blocks, tokens, sms)) {
+      return 1;
+    }
+    auto rt = [&](auto kernel) {
+      return [&, kernel](const float* s) {
+        kernel<<<blocks, kThreads, kRtCopyBytes, stream>>>(s, out, tokens);
+      };
+    };
+    if (measure("rt-copy", blocks, tokens, rt(rt_copy_kernel<UpLoads::kAsWritten>)) ||
+        measure("rt-copy-pinned", blocks, tokens, rt(rt_copy_kernel<UpLoads::kPinned>)) ||
+        measure("rt-copy-no-up", blocks, tokens, rt(rt_copy_kernel<UpLoads::kNone>), 48)) {
       return 1;
     }
     // Cluster sizes that divide the grid, launched with a cluster attribute.

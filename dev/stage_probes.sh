@@ -20,6 +20,12 @@
 #       dev/fused_register_tiles_w_up_early.patch (the register tiles' w_up loads kept before the
 #       copies' wait, where ptxas had sunk them below it and the barrier) at the founding case,
 #       T = 3, 16, 64, with the register-tile, shape and graph GPU tests and the sanitizers on C.
+#       First, in the same call, dev/founding_broadcast_probe.cu (added in session 25): the
+#       register tiles' own loads (rt-copy: w_up loads where ptxas puts them; rt-copy-pinned:
+#       before the wait; rt-copy-no-up) timed by that probe's harness beside its smem copy of 96 KB
+#       (2.1 us past the launch in session 8, against the 4.1 that latentkv-bench read for this
+#       kernel's loads in session 23). Same numbers there -> the copy pattern costs the 2 us;
+#       rt-copy near smem -> the bench's call differs from the probe's (look there instead).
 #   bash dev/stage_probes.sh tiles  (written in session 24, not run) the token tiles (issue 17's
 #       T=6144: 13.5 us against 8), three stacked patches at T = 2048, 4096, 6144 and at 8449,
 #       10000 (persistent blocks): C dev/fused_token_tiles_k_chunks.patch (the first tile's
@@ -56,7 +62,8 @@ case "${1:-}" in
     TEST_VARIANTS=C
     export TESTS_C='GpuFusedRegisterTiles.*:*GpuShapes*:*GpuGraphs*' \
       SANITIZE_C='GpuFusedRegisterTiles.*'
-    CASES="--preset seed --quiet;--tokens 3,16,64 --quiet" ;;
+    CASES="--preset seed --quiet;--tokens 3,16,64 --quiet"
+    PROBE=dev/founding_broadcast_probe.cu ;;
   tiles)
     PATCHES="dev/fused_token_tiles_k_chunks.patch dev/fused_token_tiles_triples.patch \
 dev/fused_token_tiles_staging.patch"
@@ -86,5 +93,12 @@ dev/rt_probe_no_up.patch dev/ot_probe_loads.patch dev/ot_probe_no_up.patch"
 --preset seed --quiet;--tokens 3,64 --quiet;--tokens 1 --quiet"
     export VARIANTS_0=ACD VARIANTS_1=AEF VARIANTS_2=AEF VARIANTS_3=AGH ;;
 esac
+if [ -n "${PROBE:-}" ]; then  # a standalone probe first, its table into $OUT
+  [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
+  out=${OUT:-$PWD/gpu-out}; mkdir -p "$out"; name=$(basename "$PROBE" .cu)
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a "$PROBE" -o "/tmp/$name" &&
+    "/tmp/$name" | tee "$out/$name.txt"
+  echo "$name rc=$? at ${SECONDS} s"
+fi
 export PATCHES TEST_VARIANTS CASES
 exec bash dev/variants_ab.sh

@@ -7,7 +7,8 @@
 # (letters; TESTS_<letter> and SANITIZE_<letter> override the filters per variant), then every
 # bench line of CASES (';' separated latentkv-bench arguments; VARIANTS_<n>=letters limits line n
 # to some variants) on each variant, two rounds in alternating order, and prints one table: fused us per variant and the
-# baseline's, each row led by its CASES line number. Logs in $OUT/logs.tgz (the device tool brings back at most 8 files).
+# baseline's, each row led by its CASES line number (B2B=1: also the back-to-back times, against an
+# empty kernel launched the same way). Logs in $OUT/logs.tgz (the device tool brings back at most 8 files).
 #   AB_TAR=.carry/base.tar PATCHES=".carry/x.patch" CASES="--preset seed --tokens 1,64" \
 #     bash dev/variants_ab.sh
 set -uo pipefail
@@ -70,7 +71,7 @@ done
 echo "bench rows done at ${SECONDS} s"
 python3 - "$L" <<'PY'
 import glob, json, os, re, sys
-rows = {}
+rows, loops = {}, {}
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "bench_*.json"))):
     i, v, r = re.match(r"bench_(\d+)_([A-Z])_(\d)", os.path.basename(path)).groups()
     for line in open(path):
@@ -86,11 +87,21 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "bench_*.json"))):
         e = rows.setdefault(key, {})
         e.setdefault(v, []).append(t)
         if b: e.setdefault("base", []).append(b)
-print("us per call (graph replay, inputs rotated unless --no-rotate, median), two rounds per variant; base = the bench's baseline")
-vs = sorted({v for e in rows.values() for v in e if v != "base"})
-print(f"{'case':58s} " + " ".join(f"{v:>13s}" for v in vs) + f" {'base':>13s}")
+        loop = ((x.get("fused") or {}).get("back_to_back_us") or {}).get("median")
+        empty = x.get("empty_kernel_back_to_back_us")
+        if loop:
+            e2 = loops.setdefault(key, {})
+            e2.setdefault(v, []).append(loop)
+            if empty: e2.setdefault("base", []).append(empty)
 f = lambda xs: " ".join(f"{x:6.2f}" for x in xs if x) if xs else "-"
-for key in sorted(rows):
-    e = rows[key]
-    print(f"{f'{key[0]}: {key[1]}'[:58]:58s} " + " ".join(f"{f(e.get(v)):>13s}" for v in vs) + f" {f(e.get('base', [])[:2]):>13s}")
+def table(title, rows, base):
+    print(title)
+    vs = sorted({v for e in rows.values() for v in e if v != "base"})
+    print(f"{'case':58s} " + " ".join(f"{v:>13s}" for v in vs) + f" {base:>13s}")
+    for key in sorted(rows):
+        e = rows[key]
+        print(f"{f'{key[0]}: {key[1]}'[:58]:58s} " + " ".join(f"{f(e.get(v)):>13s}" for v in vs) + f" {f(e.get('base', [])[:2]):>13s}")
+if os.environ.get("B2B"):
+    table("us per call back to back from C++ (median); empty = an empty kernel launched the same way", loops, "empty")
+table("us per call (graph replay, inputs rotated unless --no-rotate, median), two rounds per variant; base = the bench's baseline", rows, "base")
 PY

@@ -643,6 +643,73 @@ TEST(GpuStreams, ConcurrentCallsOnTwoStreams) {
   }
 }
 
+// Two cuda-fused calls back to back on one stream, the second reading the first's K as its hidden
+// states ([B, S, H * Dh] at out's strides), with no synchronization between them, eagerly and as
+// one captured CUDA graph replayed twice; both outputs poisoned with NaN first. A kernel of the
+// second call that read its input before the first call's kernel had finished would read the
+// poison (or stale values) and fail. Token counts reach each cuda-fused configuration at the
+// founding widths: one-token (1, 2), register tiles (64, 384), tensor core (733), token tiles
+// (6144). The second call's reference is computed from the first's output as read back.
+TEST(GpuStreams, ACallReadsTheOutputOfTheCallBefore) {
+  SKIP_WITHOUT_CUDA();
+  OwnedStream s;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  const Options o = cuda_options(Strategy::kCudaFused, s.stream);
+  for (int64_t tokens : {1, 2, 64, 384, 733, 6144}) {
+    const Problem first = shape(1, tokens, 256, 48, 4, 32);
+    const Problem second = shape(1, tokens, first.kv_width(), 48, 4, 32);  // D = H * Dh
+    SCOPED_TRACE(first.to_string());
+    const HostInputs in_first = random_inputs(first, kSeed);
+    HostInputs in_second = random_inputs(second, kSeed + 1);
+    const StridedBuffers host_first = strided_buffers(first, in_first, padded_args(first, 0), false);
+    const StridedBuffers host_second =
+        strided_buffers(second, in_second, padded_args(second, 0), false);
+    DeviceCall dev_first, dev_second;
+    dev_first.init(first, host_first, 0);
+    dev_second.init(second, host_second, 0);
+    if (HasFatalFailure()) return;
+    Args args_second = dev_second.args;
+    args_second.hidden = dev_first.args.out;  // K, the first plane of out
+    args_second.hidden_stride_batch = dev_first.args.out_stride_batch;
+    args_second.hidden_stride_seq = dev_first.args.out_stride_seq;
+    const auto enqueue = [&]() -> Status {
+      if (dev_first.poison(s.stream) != cudaSuccess || dev_second.poison(s.stream) != cudaSuccess) {
+        return {StatusCode::kCudaError, "cudaMemsetAsync (the poison)"};
+      }
+      if (Status st = run(first, dev_first.args, o); !st.ok()) return st;
+      return run(second, args_second, o);
+    };
+    std::vector<double> ref_first, ref_second;
+    reference_kv_proj(first, in_first, &ref_first, nullptr);
+    OwnedGraph g;
+    CUDA_ASSERT(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeGlobal));
+    const Status captured = enqueue();
+    CUDA_ASSERT(cudaStreamEndCapture(s.stream, &g.graph));
+    ASSERT_TRUE(captured.ok()) << captured.message();
+    CUDA_ASSERT(cudaGraphInstantiate(&g.exec, g.graph, 0));
+    for (int round = 0; round < 3; ++round) {  // eager, then two graph replays
+      SCOPED_TRACE(round == 0 ? "eager" : "graph replay " + std::to_string(round));
+      if (round == 0) {
+        const Status ran = enqueue();
+        ASSERT_TRUE(ran.ok()) << ran.message();
+      } else {
+        CUDA_ASSERT(cudaGraphLaunch(g.exec, s.stream));
+      }
+      CUDA_ASSERT(cudaStreamSynchronize(s.stream));
+      expect_output_matches(dev_first.out, first.dtype, host_first.out_offsets, ref_first,
+                            kFloat32Tolerance, "first call's out");
+      std::vector<unsigned char> bytes;
+      CUDA_ASSERT(dev_first.out.download(&bytes));
+      const std::vector<float> out_first =
+          gather(decode(bytes, first.dtype).data(), host_first.out_offsets);
+      in_second.hidden.assign(out_first.begin(), out_first.begin() + tokens * first.kv_width());
+      reference_kv_proj(second, in_second, &ref_second, nullptr);
+      expect_output_matches(dev_second.out, second.dtype, host_second.out_offsets, ref_second,
+                            kFloat32Tolerance, "second call's out");
+    }
+  }
+}
+
 class GpuGraphs : public ::testing::TestWithParam<Strategy> {};
 
 // run() may be captured into a CUDA graph: no allocation, no synchronization, nothing on another

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cuda/tile_sizes.h"
+#include "graph_rounds.h"
 #include "testing.h"
 
 namespace latentkv::testing {
@@ -527,19 +528,11 @@ TEST_F(GpuSeedCall, RefusalsLeaveDeviceOutputsUntouched) {
   }
 }
 
-// RAII for the stream and graph objects of the tests below.
+// RAII for the stream objects of the tests below (graph_rounds.h has OwnedGraph).
 struct OwnedStream {
   cudaStream_t stream = nullptr;
   ~OwnedStream() {
     if (stream != nullptr) cudaStreamDestroy(stream);
-  }
-};
-struct OwnedGraph {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  ~OwnedGraph() {
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
-    if (graph != nullptr) cudaGraphDestroy(graph);
   }
 };
 
@@ -681,21 +674,7 @@ TEST(GpuStreams, ACallReadsTheOutputOfTheCallBefore) {
     };
     std::vector<double> ref_first, ref_second;
     reference_kv_proj(first, in_first, &ref_first, nullptr);
-    OwnedGraph g;
-    CUDA_ASSERT(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeGlobal));
-    const Status captured = enqueue();
-    CUDA_ASSERT(cudaStreamEndCapture(s.stream, &g.graph));
-    ASSERT_TRUE(captured.ok()) << captured.message();
-    CUDA_ASSERT(cudaGraphInstantiate(&g.exec, g.graph, 0));
-    for (int round = 0; round < 3; ++round) {  // eager, then two graph replays
-      SCOPED_TRACE(round == 0 ? "eager" : "graph replay " + std::to_string(round));
-      if (round == 0) {
-        const Status ran = enqueue();
-        ASSERT_TRUE(ran.ok()) << ran.message();
-      } else {
-        CUDA_ASSERT(cudaGraphLaunch(g.exec, s.stream));
-      }
-      CUDA_ASSERT(cudaStreamSynchronize(s.stream));
+    eager_then_graph_replays(s.stream, enqueue, [&](const std::string&) {
       expect_output_matches(dev_first.out, first.dtype, host_first.out_offsets, ref_first,
                             kFloat32Tolerance, "first call's out");
       std::vector<unsigned char> bytes;
@@ -706,7 +685,8 @@ TEST(GpuStreams, ACallReadsTheOutputOfTheCallBefore) {
       reference_kv_proj(second, in_second, &ref_second, nullptr);
       expect_output_matches(dev_second.out, second.dtype, host_second.out_offsets, ref_second,
                             kFloat32Tolerance, "second call's out");
-    }
+    });
+    if (HasFatalFailure()) return;
   }
 }
 

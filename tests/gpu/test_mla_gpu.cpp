@@ -31,6 +31,7 @@
 
 #include "cuda/stream_branches.h"
 #include "cuda/tile_sizes.h"
+#include "graph_rounds.h"
 #include "heuristics.h"
 #include "mla_reference.h"
 #include "testing.h"
@@ -1007,6 +1008,106 @@ TEST(MlaGpu, CapturesIntoACudaGraph) {
         check_case(c, stream, /*graph=*/true);
       }
     }
+  }
+  cudaStreamDestroy(stream);
+}
+
+// Two first-stage calls back to back on one stream with no synchronization between them, sharing
+// one workspace: the second call's hidden states are the first's dense cache rows [T, R + dr]
+// (its D = R + dr). A kernel of the second call that touched memory before the first call's
+// kernels had finished would read the NaN poison the rows start as (or clobber partials and
+// counters the first call still reads). cuda-mla-decode at T = 1, 4 and 16 (K1 then the row
+// epilogue on these small weights), eagerly and as one captured graph replayed twice; the
+// second call is checked against the float64 reference on the first's rows as read back.
+TEST(MlaGpu, ACallReadsTheCacheRowsOfTheCallBefore) {
+  SKIP_WITHOUT_CUDA_MLA();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (int64_t tokens : {1, 4, 16}) {
+    MlaProblem first = with(mla_shape(256, 0, 64, 16, 2, 16, 16), DType::kBFloat16,
+                            MlaStage::kFirst, RopeStyle::kInterleave);
+    first.seq = tokens;
+    MlaProblem second = first;
+    second.model_dim = first.cache_width();
+    SCOPED_TRACE(first.to_string());
+    const MlaInputs in_first = random_mla_inputs(first, kSeed + static_cast<uint64_t>(tokens));
+    MlaInputs in_second = random_mla_inputs(second, kSeed + 100 + static_cast<uint64_t>(tokens));
+    Options o;
+    o.backend = Backend::kCuda;
+    o.strategy = Strategy::kCudaMlaDecode;
+    o.stream = stream;
+    DeviceArena arena;
+    const auto upload = [&](const std::vector<float>& values, DType dtype) {
+      const std::vector<unsigned char> bytes = to_bytes(values, dtype);
+      return arena.upload(bytes.data(), bytes.size());
+    };
+    const size_t cache_bytes =
+        static_cast<size_t>(tokens * first.cache_width() * element_size(first.dtype));
+    const std::vector<unsigned char> poison_bytes(cache_bytes, 0xFF);
+    void* cache_first = arena.upload(poison_bytes.data(), cache_bytes);
+    void* cache_second = arena.upload(poison_bytes.data(), cache_bytes);
+    const int64_t ws = std::max(workspace_size(first, o), workspace_size(second, o));
+    const std::vector<unsigned char> ws_bytes(static_cast<size_t>(ws), 0xFF);
+    void* workspace = arena.upload(ws_bytes.data(), ws_bytes.size());
+    const auto args_of = [&](const MlaProblem& p, const MlaInputs& in, void* cache) {
+      MlaArgs a = contiguous_mla_args(p);
+      a.hidden = upload(in.hidden, p.dtype);
+      a.kv_a_weight = upload(in.kv_a_weight, p.dtype);
+      a.kv_a_norm_weight = upload(in.kv_a_norm_weight, p.dtype);
+      a.positions = static_cast<const int64_t*>(
+          arena.upload(in.positions.data(), in.positions.size() * sizeof(int64_t)));
+      a.max_position = in.max_position;
+      a.cos_sin_cache = upload(in.cos_sin_cache, p.rope_dtype);
+      a.kv_cache = cache;
+      a.num_slots = p.tokens();
+      a.workspace = workspace;
+      a.workspace_bytes = ws;
+      return a;
+    };
+    const MlaArgs args_first = args_of(first, in_first, cache_first);
+    MlaArgs args_second = args_of(second, in_second, cache_second);
+    args_second.hidden = cache_first;
+    args_second.hidden_stride_seq = args_first.kv_cache_stride_slot;
+    args_second.hidden_stride_batch = tokens * args_first.kv_cache_stride_slot;
+    ASSERT_FALSE(HasFailure()) << "setting up";
+    const auto enqueue = [&]() -> Status {
+      for (void* cache : {cache_first, cache_second}) {
+        if (cudaMemsetAsync(cache, 0xFF, cache_bytes, stream) != cudaSuccess) {
+          return {StatusCode::kCudaError, "cudaMemsetAsync (the poison)"};
+        }
+      }
+      if (Status s = run(first, args_first, o); !s.ok()) return s;
+      return run(second, args_second, o);
+    };
+    const MlaOutputs ref_first = reference_mla(first, in_first, RopeForm::kPositions);
+    const MlaOutputs emu_first = emulate_unfused_mla(first, in_first, RopeForm::kPositions);
+    // A [T, R + dr] cache's rows as [c | k_pe] of a reference.
+    const auto rows_of = [&](const MlaOutputs& o_) {
+      std::vector<double> rows;
+      for (int64_t t = 0; t < tokens; ++t) {
+        rows.insert(rows.end(), o_.latent.begin() + t * first.kv_rank,
+                    o_.latent.begin() + (t + 1) * first.kv_rank);
+        rows.insert(rows.end(), o_.k_pe.begin() + t * first.rope_dim,
+                    o_.k_pe.begin() + (t + 1) * first.rope_dim);
+      }
+      return rows;
+    };
+    eager_then_graph_replays(stream, enqueue, [&](const std::string&) {
+      std::vector<unsigned char> bytes(cache_bytes);
+      ASSERT_EQ(cudaMemcpy(bytes.data(), cache_first, cache_bytes, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      const std::vector<float> rows_first = from_bytes(bytes, first.dtype);
+      expect_close("the first call's cache rows", rows_first, rows_of(ref_first),
+                   rows_of(emu_first), first.dtype);
+      in_second.hidden = rows_first;
+      ASSERT_EQ(cudaMemcpy(bytes.data(), cache_second, cache_bytes, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      expect_close("the second call's cache rows", from_bytes(bytes, second.dtype),
+                   rows_of(reference_mla(second, in_second, RopeForm::kPositions)),
+                   rows_of(emulate_unfused_mla(second, in_second, RopeForm::kPositions)),
+                   second.dtype);
+    });
+    if (HasFatalFailure()) break;
   }
   cudaStreamDestroy(stream);
 }

@@ -1,5 +1,5 @@
 // Probe (not shipped, written for issue 17 on 2026-12-01; run in session 8, experiments.md; the
-// rt-copy variants added on 2026-12-05, session 25, not yet run): what does it cost
+// rt-copy and -pdl variants added on 2026-12-05, session 25, not yet run): what does it cost
 // to get the founding case's weights into every block, before any math? cuda-fused's streaming
 // grid at the founding case (T=384: 96 token tiles x 2 column halves = 192 blocks) reads the 96 KB
 // of weights (w_down [256, 48], [w_up_k | w_up_v] [48, 256], float32) from L2 in every block, all
@@ -27,6 +27,10 @@
 //                 23), ~2 us more than smem here
 //   rt-copy-pinned  the same with the w_up loads kept before the wait
 //   rt-copy-no-up the same without the w_up registers (what session 23's load probe timed)
+//   empty-pdl, rt-copy-pinned-pdl  the empty kernel and rt-copy-pinned launched as programmatic
+//                 dependents of the kernel before them (trigger, then wait, at their start; the
+//                 form of dev/programmatic_calls.patch): what a call's launch costs when it can
+//                 hide behind the call before
 // for G = 96, 128, 192 blocks (4, 3, 2 tokens each). Every variant's fold is checked on constant
 // inputs (each value 1): a block that missed a byte reads a wrong sum.
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a dev/founding_broadcast_probe.cu \
@@ -74,6 +78,14 @@ __device__ __forceinline__ void write_tile(float* out, int tokens, float acc) {
 }
 
 __global__ void empty_kernel() {}
+
+// Programmatic dependent launch (kernels launched with launch_programmatic below): let the next
+// kernel launch, then wait for the previous one before touching memory.
+__device__ __forceinline__ void start_after_previous_kernel() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__global__ void empty_programmatic_kernel() { start_after_previous_kernel(); }
 
 template <Walk kWalk>
 __global__ void __launch_bounds__(kThreads) l2_kernel(const float* set, float* out, int tokens) {
@@ -123,10 +135,13 @@ __global__ void __launch_bounds__(kThreads) smem_kernel(const float* set, float*
 // kUp: kNone (no w_up loads), kAsWritten (ptxas moves the LDGs below the copies' wait, as in the
 // shipped kernel), kPinned (a use under a condition that never holds keeps them before it, as
 // dev/fused_register_tiles_w_up_early.patch does).
+// kProgrammatic: launched as a programmatic dependent of the kernel before it
+// (dev/programmatic_calls.patch's form), everything after start_after_previous_kernel().
 enum class UpLoads { kNone, kAsWritten, kPinned };
-template <UpLoads kUp>
+template <UpLoads kUp, bool kProgrammatic = false>
 __global__ void __launch_bounds__(kThreads) rt_copy_kernel(const float* set, float* out,
                                                            int tokens) {
+  if constexpr (kProgrammatic) start_after_previous_kernel();
   constexpr int kRank = 48, kStride = 52, kPieces = kRank / 4, kUpRows = 12;
   extern __shared__ float4 rt_staged[];
   float* w_down = reinterpret_cast<float*>(rt_staged);  // [kDim][kStride]
@@ -243,7 +258,7 @@ int main() {
   CK(cudaFuncSetAttribute(smem_kernel<Walk::kStagger>,
                           cudaFuncAttributeMaxDynamicSharedMemorySize, kWeightBytes));
   for (auto kernel : {rt_copy_kernel<UpLoads::kNone>, rt_copy_kernel<UpLoads::kAsWritten>,
-                      rt_copy_kernel<UpLoads::kPinned>}) {
+                      rt_copy_kernel<UpLoads::kPinned>, rt_copy_kernel<UpLoads::kPinned, true>}) {
     CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRtCopyBytes));
   }
   CK(cudaFuncSetAttribute(multicast_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -321,6 +336,31 @@ int main() {
     if (measure("rt-copy", blocks, tokens, rt(rt_copy_kernel<UpLoads::kAsWritten>)) ||
         measure("rt-copy-pinned", blocks, tokens, rt(rt_copy_kernel<UpLoads::kPinned>)) ||
         measure("rt-copy-no-up", blocks, tokens, rt(rt_copy_kernel<UpLoads::kNone>), 48)) {
+      return 1;
+    }
+    // The same launched as programmatic dependents of the kernel before (each graph node of the
+    // previous call's kernel, which triggers at its start).
+    const auto programmatic = [&](size_t smem) {  // 0: the empty kernel
+      return [&, smem](const float* s) {
+        cudaLaunchAttribute attribute{};
+        attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute.val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(blocks);
+        config.blockDim = dim3(kThreads);
+        config.dynamicSmemBytes = smem;
+        config.stream = stream;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        if (smem == 0) {
+          cudaLaunchKernelEx(&config, empty_programmatic_kernel);
+        } else {
+          cudaLaunchKernelEx(&config, rt_copy_kernel<UpLoads::kPinned, true>, s, out, tokens);
+        }
+      };
+    };
+    if (measure("empty-pdl", blocks, tokens, programmatic(0)) ||
+        measure("rt-copy-pinned-pdl", blocks, tokens, programmatic(kRtCopyBytes))) {
       return 1;
     }
     // Cluster sizes that divide the grid, launched with a cluster attribute.

@@ -28,7 +28,7 @@
 //   rt-copy-pinned  the same with the w_up loads kept before the wait
 //   rt-copy-no-up the same without the w_up registers (what session 23's load probe timed)
 //   empty-pdl, rt-copy-pinned-pdl  the empty kernel and rt-copy-pinned launched as programmatic
-//                 dependents of the kernel before them (trigger, then wait, at their start; the
+//                 dependents of the kernel before them (wait, then trigger, at their start; the
 //                 form of dev/programmatic_calls.patch): what a call's launch costs when it can
 //                 hide behind the call before
 // for G = 96, 128, 192 blocks (4, 3, 2 tokens each). Every variant's fold is checked on constant
@@ -79,11 +79,11 @@ __device__ __forceinline__ void write_tile(float* out, int tokens, float acc) {
 
 __global__ void empty_kernel() {}
 
-// Programmatic dependent launch (kernels launched with launch_programmatic below): let the next
-// kernel launch, then wait for the previous one before touching memory.
+// Programmatic dependent launch (the -pdl variants below): wait for the previous kernel before
+// touching memory, then let the next one launch (dev/programmatic_calls.patch's order).
 __device__ __forceinline__ void start_after_previous_kernel() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 __global__ void empty_programmatic_kernel() { start_after_previous_kernel(); }
 

@@ -1,6 +1,7 @@
-// Shared by the GPU tests that capture calls into CUDA graphs: OwnedGraph, and the same enqueued
-// work run eagerly once, then captured (global capture mode) and replayed twice, the results
-// checked after each round (the tests that chain calls on one stream).
+// Shared by the GPU tests that capture calls into CUDA graphs: OwnedGraph, and the rounds of the
+// tests that chain calls on one stream: the enqueued work captured into a graph (global capture
+// mode), then run eagerly once and the graph replayed twice, the results checked after each
+// round.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -640,9 +640,10 @@ TEST(GpuStreams, ConcurrentCallsOnTwoStreams) {
 // states ([B, S, H * Dh] at out's strides), with no synchronization between them, eagerly and as
 // one captured CUDA graph replayed twice; both outputs poisoned with NaN first. A kernel of the
 // second call that read its input before the first call's kernel had finished would read the
-// poison (or stale values) and fail. Token counts reach each cuda-fused configuration at the
-// founding widths: one-token (1, 2), register tiles (64, 384), tensor core (733), token tiles
-// (6144). The second call's reference is computed from the first's output as read back.
+// poison (or stale values) and fail. At the founding widths the token counts reach, on an H200,
+// the one-token (1, 2), 256-column register-tile (64, 384), tensor-core (733) and token-tile
+// (6144) configurations. The second call's reference is computed from the first's output as read
+// back.
 TEST(GpuStreams, ACallReadsTheOutputOfTheCallBefore) {
   SKIP_WITHOUT_CUDA();
   OwnedStream s;
@@ -654,7 +655,8 @@ TEST(GpuStreams, ACallReadsTheOutputOfTheCallBefore) {
     SCOPED_TRACE(first.to_string());
     const HostInputs in_first = random_inputs(first, kSeed);
     HostInputs in_second = random_inputs(second, kSeed + 1);
-    const StridedBuffers host_first = strided_buffers(first, in_first, padded_args(first, 0), false);
+    const StridedBuffers host_first =
+        strided_buffers(first, in_first, padded_args(first, 0), false);
     const StridedBuffers host_second =
         strided_buffers(second, in_second, padded_args(second, 0), false);
     DeviceCall dev_first, dev_second;

@@ -85,7 +85,7 @@ dev/fused_token_tiles_staging.patch"
 dev/decode_fp32_up_early.patch"
     TEST_VARIANTS=C
     export TESTS_C='*' B2B=1 \
-      SANITIZE_C='*ACallReads*:GpuFusedOneToken.*:GpuFusedRegisterTiles.*'
+      SANITIZE_C='*ACallReads*:*EveryFused*:*NoKernelOfACall*:GpuFusedOneToken.*'
     CASES="--preset seed --quiet;--tokens 1,3,16,64,733,6144 --quiet;\
 --preset deepseek-v3-mla --q-rank 0 --stage first --tokens 1,16 --quiet;\
 --preset deepseek-v2-lite-mla --stage first --tokens 1 --quiet;\

@@ -38,14 +38,16 @@
 #       (a call's first kernel a programmatic dependent of the kernel before it: every cuda-fused
 #       kernel, cuda-mla-decode's K1, cuda-decode float32's first kernel) with ALL GPU tests (the
 #       sanitizers on its late-writer tests run in the final tree's check, to keep this call
-#       under 600 s), then the small-kernel rows of both issues, graph replay and back
-#       to back (B2B): founding, T = 1, 2, 3, 16, 64, 733, 6144; V3 kv first stage T = 1, 16; V2-Lite
-#       kv first stage and whole path T = 1; V2-Lite float32 T = 1, 2, 4 (cuda-decode float32).
-#       D dev/fused_register_tiles_w_up_early.patch on the cuda-fused rows, E
-#       dev/decode_fp32_up_early.patch on the float32 decode rows and F
-#       dev/fused_one_token_loads_early.patch at T = 1, 2, bench only (their tests run on the
-#       final tree instead), and first the broadcast probe as in rtup: `pdl` covers rtup within
-#       one call.
+#       under 600 s), then the small-kernel rows, graph replay and back to back (B2B): founding,
+#       T = 1, 2, 3, 16, 64, 733, 6144; V3 kv first stage T = 1, 16; V2-Lite kv first stage and
+#       whole path T = 1; V2-Lite float32 T = 1, 2, 4 (cuda-decode float32).
+#   bash dev/stage_probes.sh pins   (written in session 25, not run) loads that ptxas issues a
+#       round trip late, pinned where their kernels mean them: C
+#       dev/fused_register_tiles_w_up_early.patch (founding, T = 3, 16, 64), D
+#       dev/decode_fp32_up_early.patch (V2-Lite float32 T = 1, 2, 4), E
+#       dev/fused_one_token_loads_early.patch (T = 1, 2); bench only (their tests run on the final
+#       tree), and first the broadcast probe as in rtup (it also has programmatic variants):
+#       `pins` covers rtup.
 #   bash dev/stage_probes.sh tprobe (written in session 24, not run) where the token tiles' time
 #       goes: C dev/tt_probe_loads.patch, D dev/tt_probe_no_up.patch at T = 2048, 4096, 6144
 #       rotated and 6144 warm: loads, down product, up product with the stores.
@@ -83,17 +85,21 @@ dev/fused_token_tiles_staging.patch"
     export TESTS_E='GpuFusedTokenTiles.*:*GpuShapes*:*GpuGraphs*' SANITIZE_E='GpuFusedTokenTiles.*'
     CASES="--tokens 2048,4096,6144 --quiet;--tokens 8449,10000 --quiet" ;;
   pdl)
-    PATCHES="dev/programmatic_calls.patch dev/fused_register_tiles_w_up_early.patch \
-dev/decode_fp32_up_early.patch dev/fused_one_token_loads_early.patch"
+    PATCHES="dev/programmatic_calls.patch"
     TEST_VARIANTS=C
     export TESTS_C='*' B2B=1
-    CASES="--preset seed --quiet;--tokens 3,16,64,733,6144 --quiet;--tokens 1,2 --quiet;\
+    CASES="--preset seed --quiet;--tokens 1,2,3,16,64,733,6144 --quiet;\
 --preset deepseek-v3-mla --q-rank 0 --stage first --tokens 1,16 --quiet;\
 --preset deepseek-v2-lite-mla --stage first --tokens 1 --quiet;\
 --preset deepseek-v2-lite-mla --tokens 1 --quiet;\
+--preset deepseek-v2-lite --dtype float32 --tokens 1,2,4 --quiet" ;;
+  pins)
+    PATCHES="dev/fused_register_tiles_w_up_early.patch dev/decode_fp32_up_early.patch \
+dev/fused_one_token_loads_early.patch"
+    TEST_VARIANTS=Z
+    CASES="--preset seed --quiet;--tokens 3,16,64 --quiet;--tokens 1,2 --quiet;\
 --preset deepseek-v2-lite --dtype float32 --tokens 1,2,4 --quiet"
-    export VARIANTS_0=ACD VARIANTS_1=ACD VARIANTS_2=ACF VARIANTS_3=AC VARIANTS_4=AC \
-      VARIANTS_5=AC VARIANTS_6=ACE
+    export VARIANTS_0=AC VARIANTS_1=AC VARIANTS_2=AE VARIANTS_3=AD
     PROBE=dev/founding_broadcast_probe.cu ;;
   tprobe)
     PATCHES="dev/tt_probe_loads.patch dev/tt_probe_no_up.patch"

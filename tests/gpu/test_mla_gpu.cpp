@@ -461,6 +461,15 @@ void zero_skipped(std::vector<double>* v, const std::vector<int64_t>& slots, int
   }
 }
 
+// Token t's cache row [c | k_pe] of a stage-A result, appended to *rows.
+void append_cache_row(const MlaProblem& p, const MlaOutputs& o, int64_t t,
+                      std::vector<double>* rows) {
+  rows->insert(rows->end(), o.latent.begin() + t * p.kv_rank,
+               o.latent.begin() + (t + 1) * p.kv_rank);
+  rows->insert(rows->end(), o.k_pe.begin() + t * p.rope_dim,
+               o.k_pe.begin() + (t + 1) * p.rope_dim);
+}
+
 // Runs case c and checks every output against the reference and the unfused emulation.
 void check_case(const MlaCase& c, Stream stream = nullptr, bool graph = false,
                 const std::function<void()>& inside_capture = nullptr) {
@@ -490,12 +499,8 @@ void check_case(const MlaCase& c, Stream stream = nullptr, bool graph = false,
       if (slot < 0) continue;
       const float* row = got.cache.data() + slot * got.cache_stride;
       rows.insert(rows.end(), row, row + p.cache_width());
-      for (const auto& [dst, src] : {std::pair{&ref_rows, &ref}, std::pair{&emu_rows, &emu}}) {
-        dst->insert(dst->end(), src->latent.begin() + t * p.kv_rank,
-                    src->latent.begin() + (t + 1) * p.kv_rank);
-        dst->insert(dst->end(), src->k_pe.begin() + t * p.rope_dim,
-                    src->k_pe.begin() + (t + 1) * p.rope_dim);
-      }
+      append_cache_row(p, ref, t, &ref_rows);
+      append_cache_row(p, emu, t, &emu_rows);
     }
     expect_close("cache rows", rows, ref_rows, emu_rows, dt);
     EXPECT_EQ(count_not_nan(got.cache), finite_count(ref_rows))
@@ -1081,15 +1086,10 @@ TEST(MlaGpu, ACallReadsTheCacheRowsOfTheCallBefore) {
     };
     const MlaOutputs ref_first = reference_mla(first, in_first, RopeForm::kPositions);
     const MlaOutputs emu_first = emulate_unfused_mla(first, in_first, RopeForm::kPositions);
-    // A [T, R + dr] cache's rows as [c | k_pe] of a reference.
+    // A dense [T, R + dr] cache's rows of a stage-A result.
     const auto rows_of = [&](const MlaOutputs& o_) {
       std::vector<double> rows;
-      for (int64_t t = 0; t < tokens; ++t) {
-        rows.insert(rows.end(), o_.latent.begin() + t * first.kv_rank,
-                    o_.latent.begin() + (t + 1) * first.kv_rank);
-        rows.insert(rows.end(), o_.k_pe.begin() + t * first.rope_dim,
-                    o_.k_pe.begin() + (t + 1) * first.rope_dim);
-      }
+      for (int64_t t = 0; t < tokens; ++t) append_cache_row(first, o_, t, &rows);
       return rows;
     };
     eager_then_graph_replays(stream, enqueue, [&](const std::string&) {

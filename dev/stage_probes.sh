@@ -16,16 +16,6 @@
 #       rows drop to ~1-1.5 us, HBM latency (and page walks on fresh sets) is that cost, and no
 #       reordering of the loads inside the kernel removes it. No GPU tests (TEST_VARIANTS=Z). (C's
 #       loads are hidden and w_down only: ptxas moved its w_up loads into the never-taken branch.)
-#   bash dev/stage_probes.sh rtup   (written in session 24, not run) C
-#       dev/fused_register_tiles_w_up_early.patch (the register tiles' w_up loads kept before the
-#       copies' wait, where ptxas had sunk them below it and the barrier) at the founding case,
-#       T = 3, 16, 64, with the register-tile, shape and graph GPU tests and the sanitizers on C.
-#       First, in the same call, dev/founding_broadcast_probe.cu (added in session 25): the
-#       register tiles' own loads (rt-copy: w_up loads where ptxas puts them; rt-copy-pinned:
-#       before the wait; rt-copy-no-up) timed by that probe's harness beside its smem copy of 96 KB
-#       (2.1 us past the launch in session 8, against the 4.1 that latentkv-bench read for this
-#       kernel's loads in session 23). Same numbers there -> the copy pattern costs the 2 us;
-#       rt-copy near smem -> the bench's call differs from the probe's (look there instead).
 #   bash dev/stage_probes.sh tiles  (written in session 24, not run) the token tiles (issue 17's
 #       T=6144: 13.5 us against 8), three stacked patches at T = 2048, 4096, 6144 and at 8449,
 #       10000 (persistent blocks): C dev/fused_token_tiles_k_chunks.patch (the first tile's
@@ -46,8 +36,12 @@
 #       dev/fused_register_tiles_w_up_early.patch (founding, T = 3, 16, 64), D
 #       dev/decode_fp32_up_early.patch (V2-Lite float32 T = 1, 2, 4), E
 #       dev/fused_one_token_loads_early.patch (T = 1, 2); bench only (their tests run on the final
-#       tree), and first the broadcast probe as in rtup (it also has programmatic variants):
-#       `pins` covers rtup.
+#       tree). First, in the same call, dev/founding_broadcast_probe.cu: the register tiles' own
+#       loads (rt-copy: w_up loads where ptxas puts them; rt-copy-pinned: before the wait;
+#       rt-copy-no-up; and programmatic variants) timed by that probe's harness beside its smem
+#       copy of 96 KB (2.1 us past the launch in session 8, against the 4.1 that latentkv-bench
+#       read for this kernel's loads in session 23). Same numbers there -> the copy pattern costs
+#       the 2 us; rt-copy near smem -> the bench's call differs from the probe's.
 #   bash dev/stage_probes.sh tprobe (written in session 24, not run) where the token tiles' time
 #       goes: C dev/tt_probe_loads.patch, D dev/tt_probe_no_up.patch at T = 2048, 4096, 6144
 #       rotated and 6144 warm: loads, down product, up product with the stores.
@@ -71,13 +65,6 @@ case "${1:-}" in
 --tokens 733 --quiet;--tokens 733 --no-rotate --quiet"
     export VARIANTS_0=AC VARIANTS_1=AC VARIANTS_2=AC VARIANTS_3=AC VARIANTS_4=AD VARIANTS_5=AD \
       VARIANTS_6=AE VARIANTS_7=AE ;;
-  rtup)
-    PATCHES="dev/fused_register_tiles_w_up_early.patch"
-    TEST_VARIANTS=C
-    export TESTS_C='GpuFusedRegisterTiles.*:*GpuShapes*:*GpuGraphs*' \
-      SANITIZE_C='GpuFusedRegisterTiles.*'
-    CASES="--preset seed --quiet;--tokens 3,16,64 --quiet"
-    PROBE=dev/founding_broadcast_probe.cu ;;
   tiles)
     PATCHES="dev/fused_token_tiles_k_chunks.patch dev/fused_token_tiles_triples.patch \
 dev/fused_token_tiles_staging.patch"

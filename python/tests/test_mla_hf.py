@@ -131,3 +131,37 @@ def test_patched_forward_runs_latentkv(use_cache, ops, monkeypatch):
     with torch.no_grad():
         model(torch.randint(0, cfg.vocab_size, (1, 4)), use_cache=use_cache)
     assert calls == ops * cfg.num_hidden_layers
+
+
+@pytest.mark.parametrize("version,dtype", [(3, torch.bfloat16), (2, torch.bfloat16),
+                                           (3, torch.float16)])
+def test_patch_model_half_precision_on_cpu(version, dtype, monkeypatch):
+    # A bf16 / fp16 model on the CPU runs its KV side through latentkv (cpu-mla in that dtype),
+    # and its logits are as close to the float32 model's as transformers' own half-precision
+    # forward is (within 2x of that forward's error, both against float32).
+    torch.manual_seed(20 + version)
+    cfg = tiny_config(version)
+    cls = transformers.DeepseekV3ForCausalLM if version == 3 else transformers.DeepseekV2ForCausalLM
+    model32 = cls(cfg).eval()
+    model = cls(cfg).eval()
+    model.load_state_dict(model32.state_dict())
+    model = model.to(dtype)
+    ids = torch.randint(0, cfg.vocab_size, (2, 9))
+    calls = []
+    for name in ("mla_kv", "mla_kv_first_stage"):
+        def counting(*args, _name=name, _op=getattr(hf, name), **kwargs):
+            calls.append(_name)
+            return _op(*args, **kwargs)
+        monkeypatch.setattr(hf, name, counting)
+    with torch.no_grad():
+        exact = model32(ids).logits.double()
+        unfused = model(ids).logits.double()
+        hf.patch_model(model)
+        got = model(ids).logits.double()
+        got_uncached = model(ids, use_cache=False).logits.double()
+    # the cached forward through the stages, the uncached one through mla_kv, every layer
+    assert calls == (["mla_kv_first_stage"] * cfg.num_hidden_layers
+                     + ["mla_kv"] * cfg.num_hidden_layers)
+    budget = 2 * rel_error(unfused, exact)
+    assert rel_error(got, exact) <= budget
+    assert rel_error(got_uncached, exact) <= budget

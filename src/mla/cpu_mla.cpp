@@ -1,97 +1,206 @@
-// The MLA path's CPU backend (Strategy::kCpuMla): float32, every stage, the library's reference.
+// The MLA path's CPU backend (Strategy::kCpuMla): every stage, float32, bfloat16 and float16, the
+// library's reference. Float32 accumulation, norm and RoPE in float32, each output rounded once to
+// the dtype, c entering stage B rounded (mla.h), as the CUDA strategies compute it.
 //
-// Work goes by tiles of kTileTokens tokens. Stage A's GEMM writes the tile's [c | k_pe] rows (and
-// q_a's) into a per-thread scratch tile; RMSNorm and RoPE run on those rows in place; the rows go
-// to the cache and stay in the scratch for stage B, whose GEMM writes K's first dn columns and V
-// straight into their places (K's last dr columns get k_pe). No K- or V-sized temporary.
+// A call runs in phases, each spread over the CPU backend's thread pool (cpu/thread_pool.h), the
+// pool's return the barrier between them:
+//   stage A's GEMM       ckv | q_a = hidden @ [kv_a_weight; q_a_weight]^T into a float32 scratch
+//                        [T, R + dr (+ Rq)], work items of 64 tokens x 48 weight rows;
+//   stage A's epilogue   per token: RMSNorm of c (and q_a), RoPE of k_pe, each rounded to the
+//                        dtype in place; the cache row and q_a written;
+//   K's k_pe columns     per token, every head (stage B);
+//   stage B's GEMM       kv = c @ kv_b_weight^T, written straight into K's first dn columns and V.
+// Splitting the weight rows across items, not only the tokens, keeps every thread busy at one
+// token (decode). The weights are nn.Linear [out, in], so every product is a dot product along a
+// contiguous row. Per 512 columns of the inner dimension, an item copies its hidden (or c) rows
+// into a float32 panel (converting bf16 / fp16), reads float32 weight rows in place (bf16 / fp16
+// ones converted into a second panel), and register tiles of 4 tokens x 3 weight rows accumulate
+// eight lanes of partial sums per pair in ymm registers, summed at the end of the panel in a fixed
+// order: results do not depend on the number of threads. A weight row comes from memory once per
+// 64 tokens; the token group's rows stay in L1 while the item's weight rows stream from L2.
 //
-// The weights are nn.Linear [out, in], so every product is a dot product along a contiguous row:
-// a register tile of kTileRows tokens x kTileCols weight rows accumulates eight lanes of partial
-// sums per pair (GCC vector types, so the accumulators stay in ymm registers), summed at the end
-// in a fixed order. Tiles are independent; threads take them when the call is big enough to pay
-// for starting them.
+// Scratch: the caller's thread keeps the [T, width] stage-A rows and the row tables, each worker
+// its panels, grown to the largest call seen and kept (no allocation per call after that).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <exception>
 #include <limits>
-#include <system_error>
-#include <thread>
+#include <new>
 #include <vector>
 
+#include "cpu/elements.h"
+#include "cpu/thread_pool.h"
+#include "heuristics.h"
 #include "mla/mla_backends.h"
 
 namespace latentkv::detail {
 namespace {
 
-constexpr int kTileRows = 4;      // token rows per register tile
-constexpr int kTileCols = 2;      // weight rows per register tile: 8 accumulators + 6 loads
-constexpr int kTileTokens = 16;   // tokens per work item: a weight row pair serves 4 register tiles
-constexpr double kFmasPerThread = 4e6;  // below this, starting a thread costs more than it saves
-constexpr unsigned kMaxThreads = 32;
-static_assert(kTileTokens % kTileRows == 0, "a work item is a whole number of register tiles");
+constexpr int kItemTokens = 64;   // tokens per work item (Mt)
+constexpr int kItemRows = 48;     // weight rows per work item (Nt): a multiple of every tile's C
+constexpr int64_t kPanel = 512;   // columns of the inner dimension per packed panel (Kc)
+constexpr int kEpilogueTokens = 16;
+constexpr double kFmasPerThread = kCpuFmasPerThread;  // heuristics.h
 
-typedef float Vec8 __attribute__((vector_size(32)));
-
-inline Vec8 load8(const float* p) {
-  Vec8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
 }
 
-inline float sum8(Vec8 v) {
-  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
-}
-
-// out[i][j] = x[i][0:k] . w[j][0:k] for i < kTileRows, j < kTileCols.
-void dot_tile(const float* const* x, const float* const* w, int64_t k,
-              float (&out)[kTileRows][kTileCols]) {
-  Vec8 acc[kTileRows][kTileCols] = {};
-  int64_t d = 0;
-  for (; d + 8 <= k; d += 8) {
-    Vec8 wv[kTileCols];
-    for (int j = 0; j < kTileCols; ++j) wv[j] = load8(w[j] + d);
-    for (int i = 0; i < kTileRows; ++i) {
-      const Vec8 xv = load8(x[i] + d);
-      for (int j = 0; j < kTileCols; ++j) acc[i][j] += xv * wv[j];
+// out[i][j] = x[i][0:k] . w[j][0:k] for i < kR, j < kC: eight lanes per pair in ymm registers,
+// then the lanes and the k % 8 tail summed in a fixed order.
+template <int kR, int kC>
+inline void dot_tile(const float* const* x, const float* const* w, int64_t k,
+                     float (&out)[kR][kC]) {
+  __m256 acc[kR][kC];
+  for (int i = 0; i < kR; ++i) {
+    for (int j = 0; j < kC; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  const int64_t k8 = k / 8 * 8;
+  for (int64_t d = 0; d < k8; d += 8) {
+    __m256 wv[kC];
+    for (int j = 0; j < kC; ++j) wv[j] = _mm256_loadu_ps(w[j] + d);
+    for (int i = 0; i < kR; ++i) {
+      const __m256 xv = _mm256_loadu_ps(x[i] + d);
+      for (int j = 0; j < kC; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
     }
   }
-  for (int i = 0; i < kTileRows; ++i) {
-    for (int j = 0; j < kTileCols; ++j) {
+  for (int i = 0; i < kR; ++i) {
+    for (int j = 0; j < kC; ++j) {
       float tail = 0.0f;
-      for (int64_t e = d; e < k; ++e) tail += x[i][e] * w[j][e];
-      out[i][j] = sum8(acc[i][j]) + tail;
+      for (int64_t d = k8; d < k; ++d) tail += x[i][d] * w[j][d];
+      out[i][j] = hsum(acc[i][j]) + tail;
     }
   }
 }
 
-// store(i, j, x[i] . w[j]) for i < rows (<= kTileTokens), j < n, w's rows ldw apart. A partial
-// register tile repeats its last row or column (computed, not stored).
+// One panel's register tiles for token rows [i0, i0 + kR) of the item, every weight row group
+// (w holds kItemRows rows, those past nt repeating the last: their sums are dropped), added into
+// the item's sums.
+template <int kR, int kC>
+void panel_rows(const float* const* x, const float* const* w, int i0, int nt, int64_t k,
+                bool first, float* sums) {
+  static_assert(kItemRows % kC == 0, "a weight row group never crosses the item");
+  for (int j0 = 0; j0 < nt; j0 += kC) {
+    float out[kR][kC];
+    dot_tile<kR, kC>(x + i0, w + j0, k, out);
+    for (int i = 0; i < kR; ++i) {
+      float* row = sums + (i0 + i) * kItemRows + j0;
+      for (int j = 0; j < kC && j0 + j < nt; ++j) row[j] = first ? out[i][j] : row[j] + out[i][j];
+    }
+  }
+}
+
+// One worker's float32 panels (bf16 / fp16 operands converted once per panel) and sums, kept
+// between calls.
+struct Panels {
+  std::vector<float> x, w, sums;
+  Panels()
+      : x(static_cast<size_t>(kItemTokens * kPanel)),
+        w(static_cast<size_t>(kItemRows * kPanel)),
+        sums(static_cast<size_t>(kItemTokens * kItemRows)) {}
+};
+
+Panels& thread_panels() {
+  thread_local Panels panels;  // allocated on a thread's first item
+  return panels;
+}
+
+// The weight side of a GEMM: rows [0, split) of `first`, then rows of `second` (q_a_weight after
+// kv_a_weight in stage A).
+struct WeightRows {
+  const void* first;
+  int64_t first_stride;
+  int64_t split;
+  const void* second;
+  int64_t second_stride;
+  int64_t eb;  // bytes per element
+  const char* row(int64_t n) const {
+    return n < split ? static_cast<const char*>(first) + n * first_stride * eb
+                     : static_cast<const char*>(second) + (n - split) * second_stride * eb;
+  }
+};
+
+// out(m, n) = x row m . w row n over k columns, for m < m_count, n < n_count.
+struct Gemm {
+  int64_t m_count, n_count, k;
+  const void* const* x_rows;  // m_count row pointers
+  DType x_dtype;
+  WeightRows w;
+  DType w_dtype;
+  int64_t m_items() const { return (m_count + kItemTokens - 1) / kItemTokens; }
+  int64_t items() const { return m_items() * ((n_count + kItemRows - 1) / kItemRows); }
+};
+
+// Columns [k0, k0 + kc) of row `src` (dtype) as float32: copied (converted) into `panel_row`, or
+// the row itself where `in_place` (float32 rows only).
+inline const float* panel_row(const void* src, DType dtype, int64_t k0, int64_t kc,
+                              float* panel_row, bool in_place) {
+  if (in_place && dtype == DType::kFloat32) return static_cast<const float*>(src) + k0;
+  to_float(static_cast<const char*>(src) + k0 * element_size(dtype), dtype, kc, panel_row);
+  return panel_row;
+}
+
+// Item `item` of g (consecutive items share their weight rows, so threads that run them at once
+// read those rows from memory once): store(m, n0, values, count) for each of its tokens, values
+// the sums of weight rows [n0, n0 + count).
 template <class Store>
-void gemm_nt(const float* const* x, int rows, const float* w, int64_t ldw, int64_t n, int64_t k,
-             Store&& store) {
-  for (int64_t j0 = 0; j0 < n; j0 += kTileCols) {
-    const float* wr[kTileCols];
-    for (int j = 0; j < kTileCols; ++j) wr[j] = w + std::min<int64_t>(j0 + j, n - 1) * ldw;
-    for (int i0 = 0; i0 < rows; i0 += kTileRows) {
-      const float* xr[kTileRows];
-      for (int i = 0; i < kTileRows; ++i) xr[i] = x[std::min(i0 + i, rows - 1)];
-      float out[kTileRows][kTileCols];
-      dot_tile(xr, wr, k, out);
-      for (int i = 0; i < kTileRows && i0 + i < rows; ++i) {
-        for (int j = 0; j < kTileCols && j0 + j < n; ++j) store(i0 + i, j0 + j, out[i][j]);
-      }
+void gemm_item(const Gemm& g, int64_t item, const Store& store) {
+  const int64_t m0 = item % g.m_items() * kItemTokens, n0 = item / g.m_items() * kItemRows;
+  const int mt = static_cast<int>(std::min<int64_t>(kItemTokens, g.m_count - m0));
+  const int nt = static_cast<int>(std::min<int64_t>(kItemRows, g.n_count - n0));
+  Panels& p = thread_panels();
+  const float* x[kItemTokens];
+  const float* w[kItemRows];
+  for (int64_t k0 = 0; k0 < g.k; k0 += kPanel) {
+    const int64_t kc = std::min(kPanel, g.k - k0);
+    for (int i = 0; i < mt; ++i) {
+      x[i] = panel_row(g.x_rows[m0 + i], g.x_dtype, k0, kc, p.x.data() + i * kPanel, false);
+    }
+    for (int j = 0; j < nt; ++j) {
+      w[j] = panel_row(g.w.row(n0 + j), g.w_dtype, k0, kc, p.w.data() + j * kPanel, true);
+    }
+    for (int j = nt; j < kItemRows; ++j) w[j] = w[nt - 1];  // a partial group's dropped rows
+    const bool first = k0 == 0;
+    float* sums = p.sums.data();
+    int i0 = 0;
+    for (; i0 + 4 <= mt; i0 += 4) panel_rows<4, 3>(x, w, i0, nt, kc, first, sums);
+    switch (mt - i0) {
+      case 3: panel_rows<3, 4>(x, w, i0, nt, kc, first, sums); break;
+      case 2: panel_rows<2, 6>(x, w, i0, nt, kc, first, sums); break;
+      case 1: panel_rows<1, 8>(x, w, i0, nt, kc, first, sums); break;
+      default: break;
     }
   }
+  for (int i = 0; i < mt; ++i) store(m0 + i, n0, p.sums.data() + i * kItemRows, nt);
 }
 
-// x[0:n] = gamma * (x * rsqrt(mean(x^2) + eps)), statistics in float32 as transformers' RMSNorm.
-void rmsnorm(float* x, const float* gamma, int64_t n, float eps) {
+// Runs every item of g on `threads` threads; false when a worker could not allocate its panels.
+template <class Store>
+bool run_gemm(const Gemm& g, int threads, const Store& store) {
+  std::atomic<bool> failed{false};
+  parallel_for(g.items(), threads, [&](int64_t item) {
+    try {
+      gemm_item(g, item, store);
+    } catch (const std::bad_alloc&) {
+      failed = true;
+    }
+  });
+  return !failed;
+}
+
+// x[0:n] = round(gamma * (x * rsqrt(mean(x^2) + eps))), statistics in float32 as transformers'
+// RMSNorm.
+void rmsnorm(float* x, const void* gamma, int64_t n, float eps, DType dtype) {
   float sum = 0.0f;
   for (int64_t i = 0; i < n; ++i) sum += x[i] * x[i];
   const float scale = 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
-  for (int64_t i = 0; i < n; ++i) x[i] = gamma[i] * (x[i] * scale);
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = round_to(load_element(gamma, i, dtype) * (x[i] * scale), dtype);
+  }
 }
 
 // One pair of RoPE: inputs (in0, in1) go to outputs (out0, out1) with the outputs' cos and sin.
@@ -108,44 +217,43 @@ RopePair rope_pair(RopeStyle style, int64_t i, int64_t half) {
   return {i, i + half, i, i + half};
 }
 
-// out[0:dr] = rope(in[0:dr]) for token (b, s), per mla.h; NaN when its position is outside the
-// cos/sin cache (nothing read there).
+// out[0:dr] = rope(in[0:dr]) for token (b, s), per mla.h, rounded to the dtype; NaN when its
+// position is outside the cos/sin cache (nothing read there).
 void rope(const MlaProblem& p, const MlaArgs& a, int64_t b, int64_t s, const float* in,
           float* out) {
   const int64_t half = p.rope_dim / 2;
-  const float* cos_row = nullptr;  // the vLLM form: cos_row[i], cos_row[half + i] for pair i
-  const float* cos = nullptr;      // transformers' form: per output column
-  const float* sin = nullptr;
+  const DType rd = p.rope_dtype;
+  const void* table = nullptr;  // the vLLM form: row[i], row[half + i] for pair i
+  int64_t row = 0;              // element offset of the token's row (either form)
   if (a.positions != nullptr) {
     const int64_t pos = a.positions[b * a.positions_stride_batch + s * a.positions_stride_seq];
     if (pos < 0 || pos >= a.max_position) {
       std::fill(out, out + p.rope_dim, std::numeric_limits<float>::quiet_NaN());
       return;
     }
-    cos_row = static_cast<const float*>(a.cos_sin_cache) + pos * a.cos_sin_cache_stride_row;
+    table = a.cos_sin_cache;
+    row = pos * a.cos_sin_cache_stride_row;
   } else {
-    const int64_t offset = b * a.cos_stride_batch + s * a.cos_stride_seq;
-    cos = static_cast<const float*>(a.cos) + offset;
-    sin = static_cast<const float*>(a.sin) + offset;
+    row = b * a.cos_stride_batch + s * a.cos_stride_seq;  // transformers' form: per column
   }
   for (int64_t i = 0; i < half; ++i) {
     const RopePair q = rope_pair(p.rope_style, i, half);
     float c0, s0, c1, s1;
-    if (cos_row != nullptr) {
-      c0 = c1 = cos_row[i];
-      s0 = s1 = cos_row[half + i];
+    if (table != nullptr) {
+      c0 = c1 = load_element(table, row + i, rd);
+      s0 = s1 = load_element(table, row + half + i, rd);
     } else if (p.rope_style == RopeStyle::kGptJ) {
-      c0 = c1 = cos[i];
-      s0 = s1 = sin[i];
+      c0 = c1 = load_element(a.cos, row + i, rd);
+      s0 = s1 = load_element(a.sin, row + i, rd);
     } else {
-      c0 = cos[q.out0];
-      s0 = sin[q.out0];
-      c1 = cos[q.out1];
-      s1 = sin[q.out1];
+      c0 = load_element(a.cos, row + q.out0, rd);
+      s0 = load_element(a.sin, row + q.out0, rd);
+      c1 = load_element(a.cos, row + q.out1, rd);
+      s1 = load_element(a.sin, row + q.out1, rd);
     }
     const float x0 = in[q.in0], x1 = in[q.in1];
-    out[q.out0] = x0 * c0 - x1 * s0;
-    out[q.out1] = x1 * c1 + x0 * s1;
+    out[q.out0] = round_to(x0 * c0 - x1 * s0, p.dtype);
+    out[q.out1] = round_to(x1 * c1 + x0 * s1, p.dtype);
   }
 }
 
@@ -157,125 +265,173 @@ int64_t cache_slot(const MlaArgs& a, int64_t b, int64_t s, int64_t t) {
   return slot >= 0 && slot < a.num_slots ? slot : -1;
 }
 
+// The caller's scratch, kept between calls.
+struct CallScratch {
+  std::vector<float> rows;              // [T, R + dr (+ Rq) + dr]: stage A's sums, then outputs
+  std::vector<const void*> x_rows;      // the GEMM's input rows
+  std::vector<const void*> pe_rows;     // stage B: each row's k_pe (pe_dtype)
+  std::vector<int64_t> tokens;          // stage B: each row's token
+};
+
+CallScratch& call_scratch() {
+  thread_local CallScratch scratch;
+  return scratch;
+}
+
+template <class T>
+void grow(std::vector<T>* v, int64_t n) {
+  if (static_cast<int64_t>(v->size()) < n) v->resize(static_cast<size_t>(n));
+}
+
+struct Call {
+  const MlaProblem& p;
+  const MlaArgs& a;
+  int threads;
+  int64_t eb;
+  // (b, s) of token t
+  int64_t batch_of(int64_t t) const { return t / p.seq; }
+  int64_t seq_of(int64_t t) const { return t % p.seq; }
+};
+
+// Stage A: the GEMM into rows [T, width] (each row `stride` floats: dr more, for RoPE's output),
+// then each token's norms, RoPE and cache row; the normalized c and the rotated k_pe stay in rows
+// (rounded to the dtype) for stage B.
+bool stage_a(const Call& c, CallScratch* s, int64_t width, int64_t stride) {
+  const MlaProblem& p = c.p;
+  const MlaArgs& a = c.a;
+  const int64_t T = p.tokens(), cw = p.cache_width();
+  const bool want_q = width > cw;
+  for (int64_t t = 0; t < T; ++t) {
+    s->x_rows[t] = static_cast<const char*>(a.hidden) +
+                   (c.batch_of(t) * a.hidden_stride_batch + c.seq_of(t) * a.hidden_stride_seq) * c.eb;
+  }
+  const Gemm g{T, width, p.model_dim, s->x_rows.data(), p.dtype,
+               WeightRows{a.kv_a_weight, a.kv_a_weight_stride_row, cw, a.q_a_weight,
+                          a.q_a_weight_stride_row, c.eb},
+               p.dtype};
+  float* rows = s->rows.data();
+  const auto store = [&](int64_t m, int64_t n0, const float* values, int count) {
+    std::copy(values, values + count, rows + m * stride + n0);
+  };
+  if (!run_gemm(g, c.threads, store)) {
+    return false;
+  }
+  const int64_t epilogue_items = (T + kEpilogueTokens - 1) / kEpilogueTokens;
+  parallel_for(epilogue_items, c.threads, [&](int64_t item) {
+    for (int64_t t = item * kEpilogueTokens; t < std::min(T, (item + 1) * kEpilogueTokens); ++t) {
+      const int64_t b = c.batch_of(t), sq = c.seq_of(t);
+      float* row = rows + t * stride;
+      float* rotated = row + width;
+      rmsnorm(row, a.kv_a_norm_weight, p.kv_rank, p.eps, p.dtype);
+      rope(p, a, b, sq, row + p.kv_rank, rotated);
+      std::copy(rotated, rotated + p.rope_dim, row + p.kv_rank);
+      if (want_q) {
+        float* q = row + cw;
+        rmsnorm(q, a.q_a_norm_weight, p.q_rank, p.eps, p.dtype);
+        const int64_t base = b * a.q_a_stride_batch + sq * a.q_a_stride_seq;
+        for (int64_t i = 0; i < p.q_rank; ++i) store_element(a.q_a, base + i, p.dtype, q[i]);
+      }
+      if (a.kv_cache != nullptr) {
+        const int64_t slot = cache_slot(a, b, sq, t);
+        if (slot >= 0) {
+          const int64_t base = slot * a.kv_cache_stride_slot;
+          for (int64_t i = 0; i < cw; ++i) store_element(a.kv_cache, base + i, p.dtype, row[i]);
+        }
+      }
+    }
+  });
+  return true;
+}
+
 // Token (b, s)'s K and V rows, every head, as zeros: stage B's output for a token whose slot has
 // no cache row.
-void write_zero_rows(const MlaProblem& p, const MlaArgs& a, int64_t b, int64_t s) {
-  float* k = static_cast<float*>(a.k) + b * a.k_stride_batch + s * a.k_stride_seq;
-  float* v = static_cast<float*>(a.v) + b * a.v_stride_batch + s * a.v_stride_seq;
+void write_zero_rows(const MlaProblem& p, const MlaArgs& a, int64_t b, int64_t s, int64_t eb) {
+  char* k = static_cast<char*>(a.k) + (b * a.k_stride_batch + s * a.k_stride_seq) * eb;
+  char* v = static_cast<char*>(a.v) + (b * a.v_stride_batch + s * a.v_stride_seq) * eb;
   for (int64_t h = 0; h < p.heads; ++h) {
-    std::fill(k + h * a.k_stride_head, k + h * a.k_stride_head + p.k_width(), 0.0f);
-    std::fill(v + h * a.v_stride_head, v + h * a.v_stride_head + p.v_dim, 0.0f);
+    std::memset(k + h * a.k_stride_head * eb, 0, static_cast<size_t>(p.k_width() * eb));
+    std::memset(v + h * a.v_stride_head * eb, 0, static_cast<size_t>(p.v_dim * eb));
   }
 }
 
-// One thread's scratch: a tile's [c | k_pe] rows and q_a rows, and RoPE's output row.
-struct Scratch {
-  std::vector<float> ckv, qa, rotated;
-  explicit Scratch(const MlaProblem& p)
-      : ckv(static_cast<size_t>(kTileTokens * p.cache_width())),
-        qa(static_cast<size_t>(kTileTokens * p.q_rank)),
-        rotated(static_cast<size_t>(p.rope_dim)) {}
-};
-
-// Tokens [t0, t0 + rows): stage A into the scratch (and the cache, q_a), then stage B.
-void run_tile(const MlaProblem& p, const MlaArgs& a, int64_t t0, int rows, Scratch* scratch) {
-  const int64_t width = p.cache_width();
-  int64_t bs[kTileTokens][2];  // (b, s) of each token
-  for (int i = 0; i < rows; ++i) {
-    bs[i][0] = (t0 + i) / p.seq;
-    bs[i][1] = (t0 + i) % p.seq;
+// Stage B: K's k_pe columns, then the GEMM into K's first dn columns and V. Its rows are stage A's
+// (kBoth: float32 rows, already rounded), the latent and k_pe inputs, or the cache rows by slot.
+bool stage_b(const Call& c, CallScratch* s, int64_t stride) {
+  const MlaProblem& p = c.p;
+  const MlaArgs& a = c.a;
+  const int64_t T = p.tokens();
+  DType x_dtype = p.dtype;
+  int64_t m = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t b = c.batch_of(t), sq = c.seq_of(t);
+    const void* x = nullptr;
+    const void* pe = nullptr;
+    if (p.stage == MlaStage::kBoth) {
+      x = s->rows.data() + t * stride;
+      pe = s->rows.data() + t * stride + p.kv_rank;
+      x_dtype = DType::kFloat32;
+    } else if (a.latent != nullptr) {
+      x = static_cast<const char*>(a.latent) +
+          (b * a.latent_stride_batch + sq * a.latent_stride_seq) * c.eb;
+      pe = static_cast<const char*>(a.k_pe) +
+           (b * a.k_pe_stride_batch + sq * a.k_pe_stride_seq) * c.eb;
+    } else {
+      const int64_t slot = cache_slot(a, b, sq, t);
+      if (slot < 0) {  // nothing read; K and V rows written as zeros (mla.h)
+        write_zero_rows(p, a, b, sq, c.eb);
+        continue;
+      }
+      x = static_cast<const char*>(a.kv_cache) + slot * a.kv_cache_stride_slot * c.eb;
+      pe = static_cast<const char*>(x) + p.kv_rank * c.eb;
+    }
+    s->x_rows[m] = x;
+    s->pe_rows[m] = pe;
+    s->tokens[m++] = t;
   }
-  const float* c_rows[kTileTokens];   // stage B's c rows
-  const float* pe_rows[kTileTokens];  // and k_pe rows
-  int tokens[kTileTokens];            // tile index of each stage B row
-  int b_rows = 0;
-
-  if (p.stage != MlaStage::kSecond) {
-    const float* x[kTileTokens];  // hidden rows
-    for (int i = 0; i < rows; ++i) {
-      x[i] = static_cast<const float*>(a.hidden) + bs[i][0] * a.hidden_stride_batch +
-             bs[i][1] * a.hidden_stride_seq;
-    }
-    float* ckv = scratch->ckv.data();  // [kTileTokens, R + dr]
-    gemm_nt(x, rows, static_cast<const float*>(a.kv_a_weight), a.kv_a_weight_stride_row, width,
-            p.model_dim, [&](int i, int64_t j, float v) { ckv[i * width + j] = v; });
-    const bool want_q = p.q_rank > 0 && a.q_a != nullptr;
-    float* qa = scratch->qa.data();  // [kTileTokens, Rq]
-    if (want_q) {
-      gemm_nt(x, rows, static_cast<const float*>(a.q_a_weight), a.q_a_weight_stride_row,
-              p.q_rank, p.model_dim, [&](int i, int64_t j, float v) { qa[i * p.q_rank + j] = v; });
-    }
-    for (int i = 0; i < rows; ++i) {
-      float* row = ckv + i * width;
-      rmsnorm(row, static_cast<const float*>(a.kv_a_norm_weight), p.kv_rank, p.eps);
-      rope(p, a, bs[i][0], bs[i][1], row + p.kv_rank, scratch->rotated.data());
-      std::copy(scratch->rotated.begin(), scratch->rotated.end(), row + p.kv_rank);
-      if (want_q) {
-        float* q = qa + i * p.q_rank;
-        rmsnorm(q, static_cast<const float*>(a.q_a_norm_weight), p.q_rank, p.eps);
-        float* dst = static_cast<float*>(a.q_a) + bs[i][0] * a.q_a_stride_batch +
-                     bs[i][1] * a.q_a_stride_seq;
-        std::copy(q, q + p.q_rank, dst);
-      }
-      if (a.kv_cache != nullptr) {
-        const int64_t slot = cache_slot(a, bs[i][0], bs[i][1], t0 + i);
-        if (slot >= 0) {
-          std::copy(row, row + width, static_cast<float*>(a.kv_cache) + slot * a.kv_cache_stride_slot);
-        }
-      }
-      c_rows[b_rows] = row;
-      pe_rows[b_rows] = row + p.kv_rank;
-      tokens[b_rows++] = i;
-    }
-    if (p.stage == MlaStage::kFirst) return;
-  } else {
-    for (int i = 0; i < rows; ++i) {
-      const float* c = nullptr;
-      const float* pe = nullptr;
-      if (a.latent != nullptr) {
-        c = static_cast<const float*>(a.latent) + bs[i][0] * a.latent_stride_batch +
-            bs[i][1] * a.latent_stride_seq;
-        pe = static_cast<const float*>(a.k_pe) + bs[i][0] * a.k_pe_stride_batch +
-             bs[i][1] * a.k_pe_stride_seq;
-      } else {
-        const int64_t slot = cache_slot(a, bs[i][0], bs[i][1], t0 + i);
-        if (slot < 0) {  // nothing read; K and V rows written as zeros (mla.h)
-          write_zero_rows(p, a, bs[i][0], bs[i][1]);
-          continue;
-        }
-        c = static_cast<const float*>(a.kv_cache) + slot * a.kv_cache_stride_slot;
-        pe = c + p.kv_rank;
-      }
-      c_rows[b_rows] = c;
-      pe_rows[b_rows] = pe;
-      tokens[b_rows++] = i;
-    }
-    if (b_rows == 0) return;
-  }
-
-  float* k = static_cast<float*>(a.k);
-  float* v = static_cast<float*>(a.v);
+  if (m == 0) return true;
   const int64_t head_width = p.nope_dim + p.v_dim;
-  int64_t k_row[kTileTokens], v_row[kTileTokens];  // offsets of each stage B row's token
-  for (int r = 0; r < b_rows; ++r) {
-    const int64_t* t = bs[tokens[r]];
-    k_row[r] = t[0] * a.k_stride_batch + t[1] * a.k_stride_seq;
-    v_row[r] = t[0] * a.v_stride_batch + t[1] * a.v_stride_seq;
-  }
-  gemm_nt(c_rows, b_rows, static_cast<const float*>(a.kv_b_weight), a.kv_b_weight_stride_row,
-          p.kv_b_rows(), p.kv_rank, [&](int r, int64_t n, float value) {
-            const int64_t h = n / head_width, e = n % head_width;
-            if (e < p.nope_dim) {
-              k[k_row[r] + h * a.k_stride_head + e] = value;
-            } else {
-              v[v_row[r] + h * a.v_stride_head + (e - p.nope_dim)] = value;
-            }
-          });
-  for (int r = 0; r < b_rows; ++r) {
-    for (int64_t h = 0; h < p.heads; ++h) {
-      std::copy(pe_rows[r], pe_rows[r] + p.rope_dim, k + k_row[r] + h * a.k_stride_head + p.nope_dim);
+  const int64_t* tokens = s->tokens.data();
+  const auto k_row = [&](int64_t t) {
+    return c.batch_of(t) * a.k_stride_batch + c.seq_of(t) * a.k_stride_seq;
+  };
+  const auto v_row = [&](int64_t t) {
+    return c.batch_of(t) * a.v_stride_batch + c.seq_of(t) * a.v_stride_seq;
+  };
+  const DType pe_dtype = x_dtype;
+  parallel_for((m + kEpilogueTokens - 1) / kEpilogueTokens, c.threads, [&](int64_t item) {
+    for (int64_t r = item * kEpilogueTokens; r < std::min(m, (item + 1) * kEpilogueTokens); ++r) {
+      const int64_t base = k_row(tokens[r]) + p.nope_dim;
+      for (int64_t h = 0; h < p.heads; ++h) {
+        for (int64_t i = 0; i < p.rope_dim; ++i) {
+          store_element(a.k, base + h * a.k_stride_head + i, p.dtype,
+                        load_element(s->pe_rows[r], i, pe_dtype));
+        }
+      }
     }
-  }
+  });
+  const Gemm g{m, p.kv_b_rows(), p.kv_rank, s->x_rows.data(), x_dtype,
+               WeightRows{a.kv_b_weight, a.kv_b_weight_stride_row, p.kv_b_rows(), nullptr, 0,
+                          c.eb},
+               p.dtype};
+  // Weight row n is head n / (dn + dv)'s column e = n % (dn + dv): K's e < dn, else V's e - dn.
+  return run_gemm(g, c.threads, [&](int64_t r, int64_t n0, const float* values, int count) {
+    const int64_t k0 = k_row(tokens[r]), v0 = v_row(tokens[r]);
+    int64_t h = n0 / head_width, e = n0 % head_width;
+    for (int j = 0; j < count;) {
+      const bool in_k = e < p.nope_dim;
+      const int64_t run = std::min<int64_t>(count - j, (in_k ? p.nope_dim : head_width) - e);
+      void* out = in_k ? a.k : a.v;
+      const int64_t at = in_k ? k0 + h * a.k_stride_head + e
+                              : v0 + h * a.v_stride_head + (e - p.nope_dim);
+      store_elements(out, at, p.dtype, values + j, run);
+      j += static_cast<int>(run);
+      e += run;
+      if (e == head_width) {
+        e = 0;
+        ++h;
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -283,46 +439,33 @@ void run_tile(const MlaProblem& p, const MlaArgs& a, int64_t t0, int rows, Scrat
 Status mla_cpu_takes(const MlaProblem&, const MlaArgs&) { return Status::Ok(); }
 
 Status run_mla_cpu(const MlaProblem& p, const MlaArgs& a) {
-  const int64_t tiles = (p.tokens() + kTileTokens - 1) / kTileTokens;
+  const int64_t T = p.tokens();
+  const bool want_q = p.stage != MlaStage::kSecond && p.q_rank > 0 && a.q_a != nullptr;
+  const int64_t width = p.cache_width() + (want_q ? p.q_rank : 0);
+  const int64_t stride = width + p.rope_dim;
   double fmas_per_token = 0.0;
-  if (p.stage != MlaStage::kSecond) {
-    fmas_per_token += static_cast<double>(p.model_dim) * (p.cache_width() + p.q_rank);
-  }
+  if (p.stage != MlaStage::kSecond) fmas_per_token += static_cast<double>(p.model_dim) * width;
   if (p.stage != MlaStage::kFirst) fmas_per_token += static_cast<double>(p.kv_rank) * p.kv_b_rows();
-  const double fmas = fmas_per_token * static_cast<double>(p.tokens());
-  // Asked once: glibc reads /sys for it on every call (~10 us of syscalls at small shapes).
-  static const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
-  const unsigned threads = static_cast<unsigned>(std::min<double>(
-      {static_cast<double>(std::min(hardware, kMaxThreads)), static_cast<double>(tiles),
-       std::max(1.0, fmas / kFmasPerThread)}));
-
-  std::atomic<int64_t> next{0};
-  std::atomic<bool> failed{false};
-  auto work = [&]() {
-    try {
-      Scratch scratch(p);
-      for (int64_t tile = next++; tile < tiles; tile = next++) {
-        const int64_t t0 = tile * kTileTokens;
-        const int rows = static_cast<int>(std::min<int64_t>(kTileTokens, p.tokens() - t0));
-        run_tile(p, a, t0, rows, &scratch);
-      }
-    } catch (const std::exception&) {
-      failed = true;
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned i = 1; i < threads; ++i) {
-    try {
-      pool.emplace_back(work);
-    } catch (const std::system_error&) {
-      break;  // no more threads: the calling thread and those started take the tiles
-    }
+  const double fmas = fmas_per_token * static_cast<double>(T);
+  const int threads =
+      fmas < 2 * kFmasPerThread
+          ? 1
+          : static_cast<int>(std::min<double>(cpu_threads_available(), fmas / kFmasPerThread));
+  const Call call{p, a, threads, element_size(p.dtype)};
+  bool ok = true;
+  try {
+    CallScratch& s = call_scratch();
+    if (p.stage != MlaStage::kSecond) grow(&s.rows, T * stride);
+    grow(&s.x_rows, T);
+    grow(&s.pe_rows, T);
+    grow(&s.tokens, T);
+    if (p.stage != MlaStage::kSecond) ok = stage_a(call, &s, width, stride);
+    if (ok && p.stage != MlaStage::kFirst) ok = stage_b(call, &s, stride);
+  } catch (const std::bad_alloc&) {
+    ok = false;
   }
-  work();
-  for (std::thread& t : pool) t.join();
-  if (failed) {
-    return {StatusCode::kUnsupported,
-            "cpu-mla could not allocate its per-thread scratch for " + p.to_string()};
+  if (!ok) {
+    return {StatusCode::kUnsupported, "cpu-mla could not allocate its scratch for " + p.to_string()};
   }
   return Status::Ok();
 }

@@ -12,7 +12,7 @@ namespace latentkv::detail {
 // (cuda/mla_decode.h), cuda-mla-gemm.
 const StrategyTable<MlaProblem, MlaArgs>& mla_strategy_table();
 
-// CPU (src/mla/cpu_mla.cpp): float32, the reference path of every stage.
+// CPU (src/mla/cpu_mla.cpp): every stage in float32, bf16 and fp16; the reference path.
 Status mla_cpu_takes(const MlaProblem& problem, const MlaArgs& args);
 Status run_mla_cpu(const MlaProblem& problem, const MlaArgs& args);
 

@@ -17,7 +17,7 @@ int64_t cuda_decode_workspace(const MlaProblem& p, bool) {
 }
 
 const StrategyRow<MlaProblem, MlaArgs> kRows[] = {
-    {Strategy::kCpuMla, Backend::kCpu, kFloat32Only, mla_cpu_takes, always, no_workspace,
+    {Strategy::kCpuMla, Backend::kCpu, kAllTypes, mla_cpu_takes, always, no_workspace,
      launch_cpu},
     {Strategy::kCudaMlaDecode, Backend::kCuda, kHalfTypes, mla_cuda_decode_takes,
      cuda_mla_decode_preferred, cuda_decode_workspace, run_mla_cuda_decode},

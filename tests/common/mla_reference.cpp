@@ -343,8 +343,9 @@ MlaProblem mla_edge_problem(const MlaEdge& e) {
 }
 
 std::vector<MlaNamedCase> mla_edge_cases() {
-  // cpu-mla's work item is 16 tokens and its register tile 4 tokens x 2 weight rows over 8-wide
-  // vectors: the shapes cross each of them by one.
+  // Small shapes off every power of two: one token, odd H and R, dr from 2 to 64, dn != dv, Rq = 0
+  // and > 0, 8-wide vectors and 16-token tiles crossed by one (cpu-mla's own item and panel edges
+  // are in tests/cpu/test_mla.cpp).
   const MlaEdge edges[] = {
       {"one-token", 1, 1, 16, 0, 8, 4, 1, 4, 4},
       {"odd-heads-odd-rank", 2, 3, 40, 0, 21, 8, 3, 6, 6},

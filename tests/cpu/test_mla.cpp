@@ -258,6 +258,96 @@ Options cpu_options() {
   return o;
 }
 
+// --- bf16 / fp16 calls: the float32 buffers of an MlaCall (values already rounded to the dtype,
+// NaN padding) copied bit-exactly into 16-bit buffers of the same layouts, and the outputs back.
+
+uint16_t half_bits(float x, DType dtype) {
+  if (dtype == DType::kBFloat16) {
+    uint32_t u = 0;
+    std::memcpy(&u, &x, sizeof u);
+    return static_cast<uint16_t>(u >> 16);  // exact: x has a bf16 value (or is NaN)
+  }
+  if (std::isnan(x)) return 0x7e00;
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const float a = std::fabs(x);
+  if (std::isinf(a)) return sign | 0x7c00;
+  if (a == 0.0f) return sign;
+  int e = 0;
+  const float m = std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1)
+  if (e - 1 >= -14) {
+    return sign | static_cast<uint16_t>((e - 1 + 15) << 10) |
+           static_cast<uint16_t>(std::ldexp(m, 11) - 1024.0f);
+  }
+  return sign | static_cast<uint16_t>(std::ldexp(a, 24));  // subnormal: a = mantissa 2^-24
+}
+
+float half_value(uint16_t h, DType dtype) {
+  if (dtype == DType::kBFloat16) {
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float x = 0.0f;
+    std::memcpy(&x, &u, sizeof x);
+    return x;
+  }
+  const float sign = (h & 0x8000) ? -1.0f : 1.0f;
+  const int exp = (h >> 10) & 31, mant = h & 1023;
+  if (exp == 31) return mant ? kNaNf : sign * std::numeric_limits<float>::infinity();
+  if (exp == 0) return sign * std::ldexp(static_cast<float>(mant), -24);
+  return sign * std::ldexp(static_cast<float>(1024 + mant), exp - 25);
+}
+
+struct HalfBuffers {
+  std::vector<std::vector<uint16_t>> store;
+  // A 16-bit copy of v, or null for an empty v.
+  const void* copy(const std::vector<float>& v, DType dtype) {
+    if (v.empty()) return nullptr;
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = half_bits(v[i], dtype);
+    store.push_back(std::move(h));
+    return store.back().data();
+  }
+};
+
+void copy_back(const void* h, DType dtype, std::vector<float>* v) {
+  const uint16_t* bits = static_cast<const uint16_t*>(h);
+  for (size_t i = 0; i < v->size(); ++i) (*v)[i] = half_value(bits[i], dtype);
+}
+
+// Runs c in c.p.dtype: float32 as built; bf16 / fp16 on 16-bit copies of every buffer (the RoPE
+// tables too when c.p.rope_dtype is the dtype), the outputs copied back into c's float buffers.
+Status run_call(MlaCall* c) {
+  const DType dt = c->p.dtype;
+  if (dt == DType::kFloat32) return run(c->p, c->args, cpu_options());
+  HalfBuffers h;
+  h.store.reserve(16);
+  MlaArgs a = c->args;
+  const auto swap = [&](const void* was, const std::vector<float>& v) {
+    return was == nullptr ? nullptr : h.copy(v, dt);
+  };
+  a.hidden = swap(a.hidden, c->hidden);
+  a.kv_a_weight = swap(a.kv_a_weight, c->kv_a_weight);
+  a.kv_a_norm_weight = swap(a.kv_a_norm_weight, c->in.kv_a_norm_weight);
+  a.q_a_weight = swap(a.q_a_weight, c->q_a_weight);
+  a.q_a_norm_weight = swap(a.q_a_norm_weight, c->in.q_a_norm_weight);
+  if (c->p.rope_dtype == dt) {
+    a.cos_sin_cache = swap(a.cos_sin_cache, c->cos_sin_cache);
+    a.cos = swap(a.cos, c->cos);
+    a.sin = swap(a.sin, c->sin);
+  }
+  a.latent = swap(a.latent, c->latent);
+  a.k_pe = swap(a.k_pe, c->k_pe);
+  a.kv_b_weight = swap(a.kv_b_weight, c->kv_b_weight);
+  a.kv_cache = const_cast<void*>(swap(a.kv_cache, c->kv_cache));
+  a.q_a = const_cast<void*>(swap(a.q_a, c->q_a));
+  a.k = const_cast<void*>(swap(a.k, c->k));
+  a.v = const_cast<void*>(swap(a.v, c->v));
+  const Status s = run(c->p, a, cpu_options());
+  if (a.kv_cache != nullptr) copy_back(a.kv_cache, dt, &c->kv_cache);
+  if (a.q_a != nullptr) copy_back(a.q_a, dt, &c->q_a);
+  if (a.k != nullptr) copy_back(a.k, dt, &c->k);
+  if (a.v != nullptr) copy_back(a.v, dt, &c->v);
+  return s;
+}
+
 // What each output buffer must hold after a correct call (NaN: untouched).
 struct Expected {
   std::vector<double> q_a, kv_cache, k, v;
@@ -296,12 +386,27 @@ Expected expected_outputs(const MlaCall& c, const MlaOutputs& ref) {
   return e;
 }
 
-void expect_matches(const MlaCall& c, const MlaOutputs& ref, const std::string& what) {
-  const Expected e = expected_outputs(c, ref);
-  EXPECT_LE(mla_relative_error(c.q_a, e.q_a), kMlaFloat32Tolerance) << what << ": q_a";
-  EXPECT_LE(mla_relative_error(c.kv_cache, e.kv_cache), kMlaFloat32Tolerance) << what << ": cache";
-  EXPECT_LE(mla_relative_error(c.k, e.k), kMlaFloat32Tolerance) << what << ": k";
-  EXPECT_LE(mla_relative_error(c.v, e.v), kMlaFloat32Tolerance) << what << ": v";
+// Every output of c against the float64 reference: float32 within kMlaFloat32Tolerance; bf16 and
+// fp16 within 2x the error of transformers' unfused computation in the same dtype
+// (emulate_unfused_mla) against the same reference.
+void expect_matches(const MlaCall& c, const std::string& what) {
+  const Expected e = expected_outputs(c, reference_mla(c.p, c.in, c.form));
+  if (c.p.dtype == DType::kFloat32) {
+    EXPECT_LE(mla_relative_error(c.q_a, e.q_a), kMlaFloat32Tolerance) << what << ": q_a";
+    EXPECT_LE(mla_relative_error(c.kv_cache, e.kv_cache), kMlaFloat32Tolerance) << what << ": cache";
+    EXPECT_LE(mla_relative_error(c.k, e.k), kMlaFloat32Tolerance) << what << ": k";
+    EXPECT_LE(mla_relative_error(c.v, e.v), kMlaFloat32Tolerance) << what << ": v";
+    return;
+  }
+  const Expected u = expected_outputs(c, emulate_unfused_mla(c.p, c.in, c.form));
+  const auto budget = [](const std::vector<double>& unfused, const std::vector<double>& ref) {
+    return 2.0 * mla_relative_error(unfused, ref);
+  };
+  EXPECT_LE(mla_relative_error(c.q_a, e.q_a), budget(u.q_a, e.q_a)) << what << ": q_a";
+  EXPECT_LE(mla_relative_error(c.kv_cache, e.kv_cache), budget(u.kv_cache, e.kv_cache))
+      << what << ": cache";
+  EXPECT_LE(mla_relative_error(c.k, e.k), budget(u.k, e.k)) << what << ": k";
+  EXPECT_LE(mla_relative_error(c.v, e.v), budget(u.v, e.v)) << what << ": v";
 }
 
 // --- the parameterised comparison with float64
@@ -317,10 +422,29 @@ struct MlaCase {
 
 void PrintTo(const MlaCase& c, std::ostream* os) { *os << c.name; }
 
+// The shared edge shapes, plus cpu-mla's own edges: 64-token items, 48-row weight blocks and
+// 512-column panels each crossed (T = 65 and 66, R + dr = 49 and 515, H (dn + dv) = 17 and 49,
+// D = 520, R = 513), every register tile height (4, then 3, 2, 1 rows left).
+std::vector<MlaNamedCase> cpu_edge_cases() {
+  std::vector<MlaNamedCase> cases = mla_edge_cases();
+  const MlaEdge edges[] = {
+      {"cpu-items-d-panel", 1, 65, 520, 0, 33, 16, 1, 8, 9},
+      {"cpu-items-r-panel", 2, 33, 16, 7, 513, 2, 1, 24, 25},
+  };
+  for (const MlaEdge& e : edges) {
+    MlaProblem p = mla_edge_problem(e);
+    p.dtype = DType::kFloat32;
+    cases.push_back({e.name, p});
+  }
+  return cases;
+}
+
+// Every case in float32, bf16 and fp16 (the half types' cos/sin in their dtype on every other
+// case, float32 on the rest).
 std::vector<MlaCase> comparison_cases() {
   std::vector<MlaCase> cases;
   int index = 0;
-  for (const MlaNamedCase& edge : mla_edge_cases()) {
+  for (const MlaNamedCase& edge : cpu_edge_cases()) {
     for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst, MlaStage::kSecond}) {
       for (RopeStyle style : {RopeStyle::kInterleave, RopeStyle::kGptJ, RopeStyle::kNeox}) {
         for (RopeForm form : {RopeForm::kPositions, RopeForm::kCosSin}) {
@@ -363,6 +487,16 @@ std::vector<MlaCase> comparison_cases() {
       }
     }
   }
+  const size_t float32_cases = cases.size();
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (size_t i = 0; i < float32_cases; ++i) {
+      MlaCase half = cases[i];
+      half.problem.dtype = dtype;
+      if (i % 2) half.problem.rope_dtype = dtype;
+      half.name += std::string("_") + latentkv::to_string(dtype) + (i % 2 ? "_ropehalf" : "");
+      cases.push_back(half);
+    }
+  }
   return cases;
 }
 
@@ -378,9 +512,9 @@ TEST_P(MlaCpuVsFloat64, Matches) {
   c.pad = tc.pad;
   c.in = random_mla_inputs(c.p, 0x5eed + c.p.tokens());
   build(&c);
-  const Status s = run(c.p, c.args, cpu_options());
+  const Status s = run_call(&c);
   ASSERT_TRUE(s.ok()) << s.message();
-  expect_matches(c, reference_mla(c.p, c.in, c.form), tc.name);
+  expect_matches(c, tc.name);
 }
 
 INSTANTIATE_TEST_SUITE_P(Mla, MlaCpuVsFloat64, ::testing::ValuesIn(comparison_cases()),
@@ -412,34 +546,40 @@ MlaProblem small_problem(MlaStage stage, int64_t q_rank = 6) {
 TEST(MlaCpu, PresetsMatchFloat64) {
   for (const MlaNamedCase& preset : mla_preset_cases()) {
     for (RopeForm form : {RopeForm::kPositions, RopeForm::kCosSin}) {
+      // bf16 with the cos/sin form (transformers' bf16 models), float32 with vLLM's
+      const DType dtype = form == RopeForm::kCosSin ? DType::kBFloat16 : DType::kFloat32;
       MlaCall c;
       c.p = preset.problem;
-      c.p.dtype = DType::kFloat32;
+      c.p.dtype = dtype;
+      c.p.rope_dtype = dtype;
       c.p.seq = preset.name == "deepseek-v2-lite-mla" ? 6 : 2;
       c.form = form;
       c.cache = Cache::kPaged;
       c.in = random_mla_inputs(c.p, 11);
       build(&c);
-      const Status s = run(c.p, c.args, cpu_options());
+      const Status s = run_call(&c);
       ASSERT_TRUE(s.ok()) << s.message();
-      expect_matches(c, reference_mla(c.p, c.in, c.form), preset.name);
+      expect_matches(c, preset.name + " " + to_string(dtype));
     }
   }
 }
 
-// Enough work for cpu-mla to spread its 16-token tiles over threads (any machine with 2+ cores).
+// Enough work for cpu-mla to spread its items over threads (any machine with 2+ cores): 64-token
+// items and 48-row weight blocks, each crossed, and D past one 512-column panel.
 TEST(MlaCpu, ThreadedTilesMatchFloat64) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
   MlaCall c;
-  c.p = mla_shape(512, 64, 256, 64, 4, 64, 48);
-  c.p.dtype = DType::kFloat32;
+  c.p = mla_shape(520, 64, 256, 64, 4, 64, 48);
+  c.p.dtype = dtype;
   c.p.batch = 3;
-  c.p.seq = 17;
+  c.p.seq = 43;
   c.cache = Cache::kPaged;
   c.pad = 1;
   c.in = random_mla_inputs(c.p, 17);
   build(&c);
-  ASSERT_TRUE(run(c.p, c.args, cpu_options()).ok());
-  expect_matches(c, reference_mla(c.p, c.in, c.form), "threaded");
+  ASSERT_TRUE(run_call(&c).ok());
+  expect_matches(c, std::string("threaded ") + to_string(dtype));
+  }
 }
 
 // A position outside [0, max_position) gives that token NaN k_pe in K and in the cache row, reads
@@ -447,8 +587,10 @@ TEST(MlaCpu, ThreadedTilesMatchFloat64) {
 // the other tokens alone.
 TEST(MlaCpu, PositionsPastTheCosSinCacheGiveNanKPe) {
   for (Cache cache : {Cache::kDense, Cache::kPaged}) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     MlaCall c;
     c.p = small_problem(MlaStage::kBoth);
+    c.p.dtype = dtype;
     c.cache = cache;
     c.pad = cache == Cache::kPaged ? 1 : 0;
     c.in = random_mla_inputs(c.p, 3);
@@ -458,13 +600,15 @@ TEST(MlaCpu, PositionsPastTheCosSinCacheGiveNanKPe) {
     c.in.positions[7] = std::numeric_limits<int64_t>::min();
     c.in.positions[8] = c.in.max_position - 1;  // the last row: in range
     build(&c);
-    ASSERT_TRUE(run(c.p, c.args, cpu_options()).ok());
+    ASSERT_TRUE(run_call(&c).ok());
     const MlaOutputs ref = reference_mla(c.p, c.in, c.form);
     for (int t : {0, 3, 4, 7}) {
       EXPECT_TRUE(std::isnan(ref.k_pe[static_cast<size_t>(t * c.p.rope_dim)]));
     }
     EXPECT_FALSE(std::isnan(ref.k_pe[static_cast<size_t>(8 * c.p.rope_dim)]));
-    expect_matches(c, ref, std::string("positions past the cache, ") + to_string(cache));
+    expect_matches(c, std::string("positions past the cache, ") + to_string(cache) + " " +
+                          to_string(dtype));
+  }
   }
 }
 
@@ -493,8 +637,7 @@ TEST(MlaCpu, SharedBatchRowOfRopeInputs) {
     }
     ASSERT_TRUE(check(c.p, c.args, cpu_options()).ok());
     ASSERT_TRUE(run(c.p, c.args, cpu_options()).ok());
-    expect_matches(c, reference_mla(c.p, c.in, c.form),
-                   std::string("one shared batch row, ") + to_string(form));
+    expect_matches(c, std::string("one shared batch row, ") + to_string(form));
     MlaArgs seq_shared = c.args;
     (form == RopeForm::kPositions ? seq_shared.positions_stride_seq : seq_shared.cos_stride_seq) =
         0;
@@ -780,8 +923,6 @@ TEST_F(MlaRefusals, TypesEpsStyleStage) {
   refuse_problem([](MlaProblem& p) { p.rope_style = static_cast<RopeStyle>(5); },
                  "problem.rope_style = 5");
   refuse_problem([](MlaProblem& p) { p.stage = static_cast<MlaStage>(4); }, "problem.stage = 4");
-  refuse_problem([](MlaProblem& p) { p.dtype = DType::kBFloat16; p.rope_dtype = DType::kBFloat16; },
-                 "problem.dtype = bfloat16", StatusCode::kUnsupported);
 }
 
 TEST_F(MlaRefusals, RequiredPointers) {

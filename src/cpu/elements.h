@@ -1,0 +1,96 @@
+// The CPU backend's element types: float32, bfloat16 and float16 values in host memory, read as
+// float32 and written rounded once to nearest even (what the CUDA backend's __float2bfloat16_rn
+// and __float2half_rn give, NaN staying NaN). float16 goes through F16C, which the library's
+// x86-64-v3 target has.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "latentkv/latentkv.h"
+
+namespace latentkv::detail {
+
+inline float bf16_to_float(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof f);
+  return f;
+}
+
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float fp16_to_float(uint16_t bits) { return _cvtsh_ss(bits); }
+inline uint16_t float_to_fp16(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+
+// Element i of an array of dtype, as float32.
+inline float load_element(const void* base, int64_t i, DType dtype) {
+  if (dtype == DType::kFloat32) return static_cast<const float*>(base)[i];
+  const uint16_t bits = static_cast<const uint16_t*>(base)[i];
+  return dtype == DType::kBFloat16 ? bf16_to_float(bits) : fp16_to_float(bits);
+}
+
+// value rounded to dtype into element i.
+inline void store_element(void* base, int64_t i, DType dtype, float value) {
+  if (dtype == DType::kFloat32) {
+    static_cast<float*>(base)[i] = value;
+  } else {
+    static_cast<uint16_t*>(base)[i] =
+        dtype == DType::kBFloat16 ? float_to_bf16(value) : float_to_fp16(value);
+  }
+}
+
+// values[0:n] rounded to dtype into elements [i, i + n).
+inline void store_elements(void* base, int64_t i, DType dtype, const float* values, int64_t n) {
+  if (dtype == DType::kFloat32) {
+    std::memcpy(static_cast<float*>(base) + i, values, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  uint16_t* out = static_cast<uint16_t*>(base) + i;
+  if (dtype == DType::kBFloat16) {
+    for (int64_t j = 0; j < n; ++j) out[j] = float_to_bf16(values[j]);
+  } else {
+    for (int64_t j = 0; j < n; ++j) out[j] = float_to_fp16(values[j]);
+  }
+}
+
+// value as dtype holds it (rounded to nearest even; float32 unchanged).
+inline float round_to(float value, DType dtype) {
+  if (dtype == DType::kFloat32) return value;
+  return dtype == DType::kBFloat16 ? bf16_to_float(float_to_bf16(value))
+                                   : fp16_to_float(float_to_fp16(value));
+}
+
+// dst[0:n] = src[0:n] (dtype) as float32, eight at a time.
+inline void to_float(const void* src, DType dtype, int64_t n, float* dst) {
+  if (dtype == DType::kFloat32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  if (dtype == DType::kBFloat16) {
+    for (; i + 8 <= n; i += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+      const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+      _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(w));
+    }
+    for (; i < n; ++i) dst[i] = bf16_to_float(s[i]);
+  } else {
+    for (; i + 8 <= n; i += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; ++i) dst[i] = fp16_to_float(s[i]);
+  }
+}
+
+}  // namespace latentkv::detail

@@ -16,34 +16,13 @@
 #       rows drop to ~1-1.5 us, HBM latency (and page walks on fresh sets) is that cost, and no
 #       reordering of the loads inside the kernel removes it. No GPU tests (TEST_VARIANTS=Z). (C's
 #       loads are hidden and w_down only: ptxas moved its w_up loads into the never-taken branch.)
-#   bash dev/stage_probes.sh tiles  (written in session 24, not run) the token tiles (issue 17's
-#       T=6144: 13.5 us against 8), three stacked patches at T = 2048, 4096, 6144 and at 8449,
-#       10000 (persistent blocks): C dev/fused_token_tiles_k_chunks.patch (the first tile's
-#       hidden rows and w_down in 4 groups along K, the down product starting on the first), D
-#       dev/fused_token_tiles_triples.patch (C plus a down-product mapping of 3 n-tiles and half
-#       the K steps a warp where R <= 48), E dev/fused_token_tiles_staging.patch (D plus staging
-#       loops without divisions). The GPU tests and the sanitizers run on E only (it carries C
-#       and D; the bench checks every variant's rows against float64).
-#   bash dev/stage_probes.sh pdl    (written in session 25, not run) C dev/programmatic_calls.patch
-#       (a call's first kernel a programmatic dependent of the kernel before it: every cuda-fused
-#       kernel, cuda-mla-decode's K1, cuda-decode float32's first kernel) with ALL GPU tests (the
-#       sanitizers on its late-writer tests run in the final tree's check, to keep this call
-#       under 600 s), then the small-kernel rows, graph replay and back to back (B2B): founding,
-#       T = 1, 2, 3, 16, 64, 733, 6144; V3 kv first stage T = 1, 16; V2-Lite kv first stage and
-#       whole path T = 1; V2-Lite float32 T = 1, 2, 4 (cuda-decode float32).
-#   bash dev/stage_probes.sh pins   (written in session 25, not run) loads that ptxas issues a
-#       round trip late, pinned where their kernels mean them: C
-#       dev/fused_register_tiles_w_up_early.patch (founding, T = 3, 16, 64), D
-#       dev/decode_fp32_up_early.patch (V2-Lite float32 T = 1, 2, 4), E
-#       dev/fused_one_token_loads_early.patch (T = 1, 2); bench only (their tests run on the final
-#       tree). First, in the same call, dev/founding_broadcast_probe.cu: the register tiles' own
-#       loads (rt-copy: w_up loads where ptxas puts them; rt-copy-pinned: before the wait;
-#       rt-copy-no-up; and programmatic variants) timed by that probe's harness beside its smem
-#       copy of 96 KB (2.1 us past the launch in session 8, against the 4.1 that latentkv-bench
-#       read for this kernel's loads in session 23). Same numbers there -> the copy pattern costs
-#       the 2 us; rt-copy near smem -> the bench's call differs from the probe's.
-#   bash dev/stage_probes.sh tprobe (written in session 24, not run) where the token tiles' time
-#       goes: C dev/tt_probe_loads.patch, D dev/tt_probe_no_up.patch at T = 2048, 4096, 6144
+#   pdl, pins, tiles (written in sessions 24-25, run 2026-12-05 in session 26; outcome in
+#       docs/experiments.md, session 26): the programmatic calls shipped for cuda-fused (not for
+#       cuda-mla-decode's K1 or cuda-decode float32, where they lost), the float32 decode's up-tile
+#       pin shipped, the register tiles' and one-token pins lost, the token tiles' three patches
+#       shipped together. The lost pins stay in dev/ with their readings.
+#   bash dev/stage_probes.sh tprobe (written in session 24, not run; its patches apply to 09513d1,
+#       before the token tiles changed) where the token tiles' time goes: C dev/tt_probe_loads.patch, D dev/tt_probe_no_up.patch at T = 2048, 4096, 6144
 #       rotated and 6144 warm: loads, down product, up product with the stores.
 #   bash dev/stage_probes.sh wide   the tensor-core configuration's probes and one experiment. C
 #       dev/tc_probe_loads.patch, D dev/tc_probe_no_up.patch (T=529, 733, 1024); E
@@ -65,29 +44,6 @@ case "${1:-}" in
 --tokens 733 --quiet;--tokens 733 --no-rotate --quiet"
     export VARIANTS_0=AC VARIANTS_1=AC VARIANTS_2=AC VARIANTS_3=AC VARIANTS_4=AD VARIANTS_5=AD \
       VARIANTS_6=AE VARIANTS_7=AE ;;
-  tiles)
-    PATCHES="dev/fused_token_tiles_k_chunks.patch dev/fused_token_tiles_triples.patch \
-dev/fused_token_tiles_staging.patch"
-    TEST_VARIANTS=E
-    export TESTS_E='GpuFusedTokenTiles.*:*GpuShapes*:*GpuGraphs*' SANITIZE_E='GpuFusedTokenTiles.*'
-    CASES="--tokens 2048,4096,6144 --quiet;--tokens 8449,10000 --quiet" ;;
-  pdl)
-    PATCHES="dev/programmatic_calls.patch"
-    TEST_VARIANTS=C
-    export TESTS_C='*' B2B=1
-    CASES="--preset seed --quiet;--tokens 1,2,3,16,64,733,6144 --quiet;\
---preset deepseek-v3-mla --q-rank 0 --stage first --tokens 1,16 --quiet;\
---preset deepseek-v2-lite-mla --stage first --tokens 1 --quiet;\
---preset deepseek-v2-lite-mla --tokens 1 --quiet;\
---preset deepseek-v2-lite --dtype float32 --tokens 1,2,4 --quiet" ;;
-  pins)
-    PATCHES="dev/fused_register_tiles_w_up_early.patch dev/decode_fp32_up_early.patch \
-dev/fused_one_token_loads_early.patch"
-    TEST_VARIANTS=Z
-    CASES="--preset seed --quiet;--tokens 3,16,64 --quiet;--tokens 1,2 --quiet;\
---preset deepseek-v2-lite --dtype float32 --tokens 1,2,4 --quiet"
-    export VARIANTS_0=AC VARIANTS_1=AC VARIANTS_2=AE VARIANTS_3=AD
-    PROBE=dev/founding_broadcast_probe.cu ;;
   tprobe)
     PATCHES="dev/tt_probe_loads.patch dev/tt_probe_no_up.patch"
     TEST_VARIANTS=Z

@@ -274,6 +274,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   uint4 w_a[kUpLoads], w_b[kUpLoads];
   int tile = blockIdx.x;
   load_up_tile(p, tile, slot, lane, w_a);
+  // A use of w_a under a condition that never holds (T >= 1) keeps its loads above the wait:
+  // without one, ptxas issues them after it, once stage 2 has ended.
+  if (p.tokens < 0) {
+    uint32_t any = 0;
+#pragma unroll
+    for (int i = 0; i < kUpLoads; ++i) any ^= w_a[i].x ^ w_a[i].y ^ w_a[i].z ^ w_a[i].w;
+    p.latent[0] = __uint_as_float(any);
+  }
 
   wait_for_previous_stage();
   for (int i = threadIdx.x; i < p.tokens * p.rank; i += kThreads) latent[i] = p.latent[i];

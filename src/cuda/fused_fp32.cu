@@ -251,6 +251,7 @@ __device__ void stage_weights(float* dst, int rows, int cols, const float* first
 template <typename Config>
 __global__ void __launch_bounds__(Config::kThreads, 1)
     kv_proj_fused_fp32(const __grid_constant__ FusedParams p) {
+  start_after_previous_kernel();
   constexpr int kTokens = Config::kTokens;
   extern __shared__ float4 smem_raw[];
   float* smem = reinterpret_cast<float*>(smem_raw);
@@ -287,7 +288,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         if (token < p.tokens) {
           const float* row =
               p.hidden + token_offset(token, p.seq, p.hidden_stride_batch, p.hidden_stride_seq);
-          v = load_vector<float4>(row + k);
+          v = *reinterpret_cast<const float4*>(row + k);  // coherent: hidden may be fresh
         }
         hidden_t[(k + 0) * kTokens + t] = v.x;
         hidden_t[(k + 1) * kTokens + t] = v.y;
@@ -299,8 +300,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         const int t = i / D, k = i % D, token = token0 + t;
         hidden_t[k * kTokens + t] =
             token < p.tokens
-                ? __ldg(p.hidden +
-                        token_offset(token, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) + k)
+                ? p.hidden[token_offset(token, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) +
+                           k]
                 : 0.f;
       }
     }
@@ -517,8 +518,9 @@ Status launch(const Problem& p, const Args& a, const DeviceFacts& f, Stream stre
         2 * smem_bytes<Config>(p, true) <= f.smem_optin;
   }
   const size_t smem = smem_bytes<Config>(p, k.prefetch_weights);
-  kv_proj_fused_fp32<Config><<<grid, Config::kThreads, smem, stream>>>(k);
-  return cuda_status(cudaGetLastError(), "kv_proj_fused_fp32 launch");
+  return cuda_status(launch_after_previous<kv_proj_fused_fp32<Config>>(grid, Config::kThreads, smem,
+                                                                     stream, f.major, k),
+                     "kv_proj_fused_fp32 launch");
 }
 
 }  // namespace
@@ -562,7 +564,7 @@ Status cuda_fused_fits(const Problem& p) {
 Status run_cuda_fused(const Problem& p, const Args& a, Stream stream) {
   const DeviceFacts* f = nullptr;
   if (Status s = prepared_device<FusedKernels>(&f); !s.ok()) return s;
-  if (fused_one_token_takes(p, a)) return run_fused_one_token(p, a, stream);
+  if (fused_one_token_takes(p, a)) return run_fused_one_token(p, a, *f, stream);
   if (fused_register_tiles_takes(p, a, *f)) return run_fused_register_tiles(p, a, *f, stream);
   if (use_cluster(p, *f)) {
     if (fused_tensor_core_takes(p, a, *f)) return run_fused_tensor_core(p, a, *f, stream);

@@ -148,6 +148,7 @@ __device__ __forceinline__ void tile_gemm(const float* A, int lda, const float* 
 __global__ void __launch_bounds__(kThreads)
     kv_proj_fused_cluster_sm90(const __grid_constant__ ClusterParams p) {
 #if LATENTKV_SM90
+  start_after_previous_kernel();
   extern __shared__ float4 smem_raw[];
   float* smem = reinterpret_cast<float*>(smem_raw);
   const int R = p.rank, N = p.kv_width, tid = threadIdx.x;
@@ -298,20 +299,17 @@ Status run_fused_cluster(const Problem& p, const Args& a, const DeviceFacts& f,
   k.col_chunk = static_cast<int>(chunk(2 * p.kv_width(), blocks));
   k.out_vec4 = fused_out_16_bytes(p, a);
 
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(ceil_div<int64_t>(p.tokens(), tile) * blocks));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(plan_bytes(p, tile, blocks));
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(blocks);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cuda_status(cudaLaunchKernelEx(&config, kv_proj_fused_cluster_sm90, k),
-                     "kv_proj_fused_cluster_sm90 launch");
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(blocks);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  const dim3 grid(static_cast<unsigned>(ceil_div<int64_t>(p.tokens(), tile) * blocks));
+  return cuda_status(
+      launch_after_previous<kv_proj_fused_cluster_sm90>(
+          grid, kThreads, static_cast<size_t>(plan_bytes(p, tile, blocks)), stream, f.major, k,
+          &cluster),
+      "kv_proj_fused_cluster_sm90 launch");
 }
 
 }  // namespace latentkv::detail

@@ -17,6 +17,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/fused_fp32_one_token.h"
 #include "cuda/kernel_args.h"
+#include "cuda/ptx.h"
 #include "cuda/tile_sizes.h"
 #include "cuda/warp_reduce.h"
 #include "heuristics.h"
@@ -49,6 +50,7 @@ __device__ __forceinline__ void reduce_scatter(float (&v)[kPadded], int lane) {
 template <int kTokens>
 __global__ void __launch_bounds__(kThreads, 1)
     kv_proj_fused_one_token(const __grid_constant__ FusedParamsBase p) {
+  start_after_previous_kernel();
   __shared__ float warp_sums[kTokens][kWarps][kPadded];
   __shared__ float latent[kTokens][kPadded];
   __shared__ float up_partial[kTokens][kSlices][kBlockCols];
@@ -145,16 +147,15 @@ bool fused_one_token_takes(const Problem& p, const Args& a) {
          a.w_down_stride_row % 4 == 0;
 }
 
-Status run_fused_one_token(const Problem& p, const Args& a, Stream stream) {
+Status run_fused_one_token(const Problem& p, const Args& a, const DeviceFacts& f, Stream stream) {
   FusedParamsBase k;
   copy_fused_args(p, a, k);
-  const unsigned blocks = static_cast<unsigned>(ceil_div<int64_t>(2 * p.kv_width(), kBlockCols));
-  if (p.tokens() == 1) {
-    kv_proj_fused_one_token<1><<<blocks, kThreads, 0, stream>>>(k);
-  } else {
-    kv_proj_fused_one_token<2><<<blocks, kThreads, 0, stream>>>(k);
-  }
-  return cuda_status(cudaGetLastError(), "kv_proj_fused_one_token launch");
+  const dim3 blocks(static_cast<unsigned>(ceil_div<int64_t>(2 * p.kv_width(), kBlockCols)));
+  constexpr auto kOne = kv_proj_fused_one_token<1>, kTwo = kv_proj_fused_one_token<2>;
+  const cudaError_t launched =
+      p.tokens() == 1 ? launch_after_previous<kOne>(blocks, kThreads, 0, stream, f.major, k)
+                      : launch_after_previous<kTwo>(blocks, kThreads, 0, stream, f.major, k);
+  return cuda_status(launched, "kv_proj_fused_one_token launch");
 }
 
 }  // namespace latentkv::detail

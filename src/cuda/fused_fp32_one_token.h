@@ -3,6 +3,7 @@
 // start and the chain cut to one memory round trip and three barriers.
 #pragma once
 
+#include "cuda/device_facts.h"
 #include "latentkv/latentkv.h"
 
 namespace latentkv::detail {
@@ -12,6 +13,6 @@ namespace latentkv::detail {
 bool fused_one_token_takes(const Problem& p, const Args& a);
 
 // Launches it (fused_one_token_takes must have said yes).
-Status run_fused_one_token(const Problem& p, const Args& a, Stream stream);
+Status run_fused_one_token(const Problem& p, const Args& a, const DeviceFacts& f, Stream stream);
 
 }  // namespace latentkv::detail

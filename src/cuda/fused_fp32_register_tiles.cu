@@ -76,6 +76,7 @@ struct UpSplit {
 template <int kBlockCols>
 __global__ void __launch_bounds__(kThreads, 1)
     kv_proj_fused_register_tiles(const __grid_constant__ FusedParamsBase p) {
+  start_after_previous_kernel();
   using Up = UpSplit<kBlockCols>;
   extern __shared__ __align__(16) float smem[];
   __shared__ __align__(16) float latent[kTokens][kRankPadded];  // [token][R padded]
@@ -257,12 +258,13 @@ Status run_fused_register_tiles(const Problem& p, const Args& a, const DeviceFac
       fused_register_tile_cols(p.tokens(), token_tiles(p), 2 * p.kv_width(), f.sm_count);
   const dim3 grid(static_cast<unsigned>(token_tiles(p)),
                   static_cast<unsigned>(ceil_div<int64_t>(2 * p.kv_width(), cols)));
-  if (cols == kNarrowCols) {
-    kv_proj_fused_register_tiles<kNarrowCols><<<grid, kThreads, smem_bytes(p), stream>>>(k);
-  } else {
-    kv_proj_fused_register_tiles<kWideCols><<<grid, kThreads, smem_bytes(p), stream>>>(k);
-  }
-  return cuda_status(cudaGetLastError(), "kv_proj_fused_register_tiles launch");
+  const cudaError_t launched =
+      cols == kNarrowCols
+          ? launch_after_previous<kv_proj_fused_register_tiles<kNarrowCols>>(
+                grid, kThreads, smem_bytes(p), stream, f.major, k)
+          : launch_after_previous<kv_proj_fused_register_tiles<kWideCols>>(
+                grid, kThreads, smem_bytes(p), stream, f.major, k);
+  return cuda_status(launched, "kv_proj_fused_register_tiles launch");
 }
 
 }  // namespace latentkv::detail

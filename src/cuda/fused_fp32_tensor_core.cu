@@ -114,6 +114,7 @@ __device__ __forceinline__ void stage_hidden(const TcParams& p, const TcPlan& pl
 
 __global__ void __launch_bounds__(kThreads, 1)
     kv_proj_fused_3xtf32(const __grid_constant__ TcParams p) {
+  start_after_previous_kernel();
   __shared__ float partial[kWarps][kTokens][kMaxRank];  // the warps' down partials [token][r]
   __shared__ float latent[kTokens][kLatentStride];      // the tile's latent [token][r]
   extern __shared__ float4 smem_tc[];
@@ -285,8 +286,9 @@ Status run_fused_tensor_core(const Problem& p, const Args& a, const DeviceFacts&
                     k.up_tiles_per_block);
   const dim3 grid(static_cast<unsigned>(token_tiles(p)),
                   static_cast<unsigned>(ceil_div(k.up_tiles, k.up_tiles_per_block)));
-  kv_proj_fused_3xtf32<<<grid, kThreads, plan.bytes(), stream>>>(k);
-  return cuda_status(cudaGetLastError(), "kv_proj_fused_3xtf32 launch");
+  return cuda_status(
+      launch_after_previous<kv_proj_fused_3xtf32>(grid, kThreads, plan.bytes(), stream, f.major, k),
+      "kv_proj_fused_3xtf32 launch");
 }
 
 }  // namespace latentkv::detail

@@ -8,14 +8,18 @@
 // tile is 16 x kM tokens (kM = 1 to 4, m_tiles: the smallest whose grid fits the SMs once, past
 // that 3 or 4), and the grid is persistent: each block copies w_down and its 256 columns of
 // [w_up_k | w_up_v] into shared memory once and walks its tiles, the next tile's hidden rows
-// arriving by cp.async during the current tile's up product. Blocks of kM = 1, 2 and 4 have 16
-// warps; kM = 3 has 12 (kBlockThreads), so that a warp has the same n-tiles at kM = 3 as at 4
-// (4 warps an m-tile) and a 48-token tile costs an SM three quarters of a 64-token one.
+// arriving by cp.async during the current tile's up product (the first tile's hidden rows and
+// w_down in kKChunks groups along K, so that its down product starts on the first chunk while the
+// others are in flight). Blocks of kM = 1, 2 and 4 have 16 warps; kM = 3 has 12 (kBlockThreads),
+// so that a warp has the same n-tiles at kM = 3 as at 4 (4 warps an m-tile) and a 48-token tile
+// costs an SM three quarters of a 64-token one.
 // Per tile:
 //   down: latent [16 kM, R] = hidden [16 kM, D] @ w_down [D, R]; of the block's warps, warp w
 //         takes m-tile w % kM and the n-tiles (8 latent columns each) w / kM, + warps / kM, ...;
 //         no split over D, so the latent goes from the accumulators to shared memory (and to the
-//         latent output) once;
+//         latent output) once. Where R <= 48 at kM = 3 and 4, warp w instead takes m-tile w % kM,
+//         3 n-tiles (of 6) and every other K step, each A split feeding 3 n-tiles instead of 2
+//         and no MMA on the columns past 48; the two K halves' sums meet in shared memory;
 //   up:   [K | V] [16 kM, 256] = latent @ [w_up_k | w_up_v], the same warp map over the block's
 //         32 column n-tiles; the accumulators are stored to K and V (two adjacent columns as one
 //         8-byte store where the layout allows).
@@ -24,7 +28,7 @@
 // at row g, column q) have strides of 4 mod 8, B operands (row q, column g) 8 mod 16. Everything
 // a fragment reads outside the matrices (rows past T, columns past D or R) is zero-filled.
 // The loops over a warp's n-tiles have no branches (the down product always runs 8 n-tiles, 64
-// columns zero-filled past R; the up product all of the block's 256 columns, zero-filled past
+// columns zero-filled past R, or 6; the up product all of the block's 256 columns, zero-filled past
 // 2N), so ptxas issues a K step's shared-memory loads together: with a warp-uniform branch
 // per n-tile each load waited on its own (with 8 warps: 1.3-1.4x the time; experiments.md). Down
 // products keep their three 3xTF32 terms in three accumulators (chains a third as long, for the
@@ -85,7 +89,9 @@ LATENTKV_HD constexpr int b_stride(int cols) { return round_up(round_up(cols, 8)
 
 // The dynamic shared memory of a block, in floats: w_down [k_rows][down_ld], the block's columns
 // of [w_up_k | w_up_v] [rank_cols][up_ld], the hidden tile [16 kM][hidden_ld], the latent tile
-// [16 kM][latent_ld], then the out offsets of the block's columns (int64 [kBlockCols]).
+// [16 kM][latent_ld], then the out offsets of the block's columns (int64 [kBlockCols]). The
+// hidden tile's row padding (columns k_rows .. k_rows + 3, which no fragment reads) holds the row's
+// address in hidden while the row is staged (hidden_rows).
 struct TilesPlan {
   int k_rows, rank_cols;  // D and R rounded up to a K step (zeros past them)
   int down_ld, up_ld, hidden_ld, latent_ld;
@@ -105,6 +111,14 @@ struct TilesPlan {
   }
   size_t bytes() const { return sizeof(float) * static_cast<size_t>(total); }
 };
+static_assert(sizeof(const float*) <= 4 * sizeof(float), "a row address fits a row's padding");
+
+// Where row r of the hidden tile keeps its address in hidden: its padding (8-byte aligned: k_rows
+// and hidden_ld are multiples of 4 floats from a 16-byte aligned tile).
+__device__ __forceinline__ const float** hidden_row_slot(float* hidden, const TilesPlan& plan,
+                                                         int r) {
+  return reinterpret_cast<const float**>(hidden + r * plan.hidden_ld + plan.k_rows);
+}
 
 // One K step of a warp's n-tiles (ptx.h: mma_3xtf32): the A fragment at rows g and g + 8,
 // columns q and q + 4 of a_at (stride a_ld; the pointer at row g, the step's column q), split once;
@@ -124,34 +138,83 @@ __device__ __forceinline__ void mma_k_step(float (&sb)[kTiles][4], float (&bs)[k
   }
 }
 
-// The tile's hidden rows into shared memory (part of the caller's cp.async group, or stored in
-// place): rows past T and columns past D as zeros.
+// Tile `tile`'s rows' addresses in hidden (null past T) into the hidden tile's row padding, for
+// stage_hidden: one division per row here instead of two per staged vector there.
+template <int kM>
+__device__ __forceinline__ void hidden_rows(const TilesParams& p, const TilesPlan& plan,
+                                            float* hidden, int tile, int tid) {
+  for (int row = tid; row < 16 * kM; row += kBlockThreads<kM>) {
+    const int token = tile * 16 * kM + row;
+    *hidden_row_slot(hidden, plan, row) =
+        token < p.tokens
+            ? p.hidden + token_offset(token, p.seq, p.hidden_stride_batch, p.hidden_stride_seq)
+            : nullptr;
+  }
+}
+
+// Columns [c0, c1) (multiples of 4) of a tile's hidden rows (their addresses from hidden_rows)
+// into shared memory (part of the caller's cp.async group, or stored in place): rows past T and
+// columns past D as zeros. Vector i = tid, tid + threads, ... of the rows' (c1 - c0) / 4 each,
+// walked by increments; where the block's threads are whole rows of vectors, each thread keeps
+// its column.
 template <int kM, bool kVectors>
 __device__ __forceinline__ void stage_hidden(const TilesParams& p, const TilesPlan& plan,
-                                             float* hidden, int tile, int tid) {
-  const int vectors = plan.k_rows / 4;  // per row
-  for (int i = tid; i < 16 * kM * vectors; i += kBlockThreads<kM>) {
-    const int row = i / vectors, c = 4 * (i - row * vectors);
-    const int token = tile * 16 * kM + row;
-    const int count = token < p.tokens ? in_row(c, p.model_dim) : 0;
-    const float* src =
-        count > 0
-            ? p.hidden + token_offset(token, p.seq, p.hidden_stride_batch, p.hidden_stride_seq) + c
-            : p.hidden;
-    stage4<kVectors>(hidden + row * plan.hidden_ld + c, src, count, p.hidden);
+                                             float* hidden, int tid, int c0, int c1) {
+  constexpr int kStride = kBlockThreads<kM>;
+  const int vectors = (c1 - c0) / 4;  // per row
+  if (vectors <= 0) return;
+  const int row_step = kStride / vectors, c_step = kStride - row_step * vectors;
+  int row = tid / vectors, c = tid - row * vectors;
+  const auto stage = [&](int r, int col, int count_in_row) {
+    const float* src = *hidden_row_slot(hidden, plan, r);
+    const int count = src != nullptr ? count_in_row : 0;
+    stage4<kVectors>(hidden + r * plan.hidden_ld + col, count > 0 ? src + col : p.hidden, count,
+                     p.hidden);
+  };
+  if (c_step == 0) {
+    const int col = c0 + 4 * c, count_in_row = in_row(col, p.model_dim);
+    for (; row < 16 * kM; row += row_step) stage(row, col, count_in_row);
+    return;
   }
+  while (row < 16 * kM) {
+    const int col = c0 + 4 * c;
+    stage(row, col, in_row(col, p.model_dim));
+    row += row_step;
+    c += c_step;
+    if (c >= vectors) {
+      c -= vectors;
+      ++row;
+    }
+  }
+}
+
+// The first tile's K chunks: its hidden columns and w_down rows arrive in kKChunks cp.async groups,
+// and the down product starts on chunk 0 while the later ones are in flight.
+constexpr int kKChunks = 4;
+
+// Waits until chunk c's group (of kKChunks chunk groups and the up columns' group behind them)
+// has landed: at most kKChunks - c groups still in flight.
+__device__ __forceinline__ void wait_k_chunk(int c) {
+  static_assert(kKChunks == 4, "one case per chunk");
+  if (c == 0) wait_copies<4>();
+  if (c == 1) wait_copies<3>();
+  if (c == 2) wait_copies<2>();
+  if (c == 3) wait_copies<1>();
 }
 
 // kVectors: every input row is whole 16-byte vectors (kernel_args.h: fused_rows_16_bytes).
 template <int kM, bool kVectors>
 __global__ void __launch_bounds__(kBlockThreads<kM>, 1)
     kv_proj_fused_3xtf32_tiles(const __grid_constant__ TilesParams p) {
+  start_after_previous_kernel();
   constexpr int kStride = kBlockThreads<kM>;
   constexpr int kGroups = kStride / 32 / kM;  // warps per m-tile; a warp: every kGroups-th n-tile
   static_assert(kStride / 32 % kM == 0, "every m-tile gets the same number of warps");
   constexpr int kDownTiles = kMaxRank / 8;
   constexpr int kDownPerWarp = kDownTiles > kGroups ? kDownTiles / kGroups : 1;
   constexpr int kUpPerWarp = kBlockCols / 8 / kGroups;
+  constexpr int kTriple = 3;  // n-tiles a warp of the R <= 48 down mapping takes
+  static_assert(kM < 3 || kGroups == 4, "the R <= 48 mapping: 2 triples x 2 K halves an m-tile");
   static_assert(kDownTiles % kGroups == 0 || kGroups % kDownTiles == 0, "whole n-tiles per warp");
   extern __shared__ float4 smem_tiles[];
   const TilesPlan plan(p.model_dim, p.rank, kM);
@@ -169,32 +232,61 @@ __global__ void __launch_bounds__(kBlockThreads<kM>, 1)
   const int cols = min(kBlockCols, 2 * N - column0);  // even (2N is; column0 is 256 k)
   const int k_steps = plan.k_rows / 8, r_steps = plan.rank_cols / 8;
 
-  // Group 0: the first tile's hidden rows and w_down. Group 1: the block's [K | V] columns, in
-  // flight during the first down product, and the out offsets of those columns (-1 past 2N).
-  stage_hidden<kM, kVectors>(p, plan, hidden_s, blockIdx.x, tid);
+  // Groups 0 .. kKChunks - 1: the first tile's hidden columns and w_down rows of K chunk c (8
+  // chunk_steps rows each). Group kKChunks: the block's [K | V] columns, in flight during the
+  // first down product, and the out offsets of those columns (-1 past 2N).
+  const int chunk_steps = (k_steps + kKChunks - 1) / kKChunks;  // K steps per chunk
+  hidden_rows<kM>(p, plan, hidden_s, blockIdx.x, tid);
+  __syncthreads();
+  // A thread's vectors of w_down and of the up columns keep their column (the block's threads are
+  // whole rows of vectors), so only the row advances.
   constexpr int kRankVectors = kMaxRank / 4;  // every column a down n-tile reads
-  for (int i = tid; i < plan.k_rows * kRankVectors; i += kStride) {
-    const int k = i / kRankVectors, c = 4 * (i % kRankVectors);
-    const int count = k < D ? in_row(c, R) : 0;
-    stage4<kVectors>(w_down_s + k * plan.down_ld + c,
-                     count > 0 ? p.w_down + int64_t{k} * p.w_down_stride + c : p.w_down, count,
-                     p.w_down);
-  }
-  commit_copies();
   constexpr int kColVectors = kBlockCols / 4;
-  for (int i = tid; i < plan.rank_cols * kColVectors; i += kStride) {
-    const int r = i / kColVectors, c = 4 * (i % kColVectors);
-    const int count = r < R ? in_row(c, cols) : 0;
-    const auto source = [&](int j) {  // column j of [w_up_k | w_up_v], row r
+  static_assert(kStride % kRankVectors == 0 && kStride % kColVectors == 0, "whole rows");
+  const int down_c = 4 * (tid % kRankVectors), down_count = in_row(down_c, R);
+#pragma unroll 1
+  for (int chunk = 0; chunk < kKChunks; ++chunk) {
+    const int k0 = min(8 * chunk_steps * chunk, plan.k_rows);
+    const int k1 = min(k0 + 8 * chunk_steps, plan.k_rows);
+    stage_hidden<kM, kVectors>(p, plan, hidden_s, tid, k0, k1);
+    constexpr int kRowStep = kStride / kRankVectors;
+    int k = k0 + tid / kRankVectors;
+    const float* src = p.w_down + int64_t{k} * p.w_down_stride + down_c;
+    float* dst = w_down_s + k * plan.down_ld + down_c;
+    for (; k < k1; k += kRowStep) {
+      const int count = k < D ? down_count : 0;
+      stage4<kVectors>(dst, count > 0 ? src : p.w_down, count, p.w_down);
+      src += kRowStep * p.w_down_stride;
+      dst += kRowStep * plan.down_ld;
+    }
+    commit_copies();
+  }
+  {
+    const int c = 4 * (tid % kColVectors), up_count = in_row(c, cols);
+    const auto source = [&](int j, int r) {  // column j of [w_up_k | w_up_v], row r
       return j < N ? p.w_up_k + int64_t{r} * p.w_up_k_stride + j
                    : p.w_up_v + int64_t{r} * p.w_up_v_stride + (j - N);
     };
+    constexpr int kRowStep = kStride / kColVectors;
+    int r = tid / kColVectors;
     float* dst = w_up_s + r * plan.up_ld + c;
     if constexpr (kVectors) {  // N % 4 == 0: a vector lies in K or in V
-      copy16_async(dst, count > 0 ? source(column0 + c) : p.w_up_k, count > 0);
+      const int j = column0 + c;
+      const float* src = source(j, r);
+      const int64_t src_step = kRowStep * (j < N ? p.w_up_k_stride : p.w_up_v_stride);
+      for (; r < plan.rank_cols; r += kRowStep) {
+        const int count = r < R ? up_count : 0;
+        copy16_async(dst, count > 0 ? src : p.w_up_k, count > 0);
+        src += src_step;
+        dst += kRowStep * plan.up_ld;
+      }
     } else {
+      for (; r < plan.rank_cols; r += kRowStep) {
+        const int count = r < R ? up_count : 0;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dst[e] = e < count ? *source(column0 + c + e) : 0.f;
+        for (int e = 0; e < 4; ++e) dst[e] = e < count ? *source(column0 + c + e, r) : 0.f;
+        dst += kRowStep * plan.up_ld;
+      }
     }
   }
   commit_copies();
@@ -206,54 +298,115 @@ __global__ void __launch_bounds__(kBlockThreads<kM>, 1)
   }
 
   for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-    // The tile's hidden rows: group 0 on the first tile (group 1 may still be in flight), else the
-    // group the previous tile committed.
-    if (tile == static_cast<int>(blockIdx.x)) {
-      wait_copies<1>();
-    } else {
+    // The tile's hidden rows: on the first tile chunk by chunk in the down product, else the group
+    // the previous tile committed.
+    const bool first = tile == static_cast<int>(blockIdx.x);
+    if (!first) {
       wait_copies<0>();
+      __syncthreads();
     }
-    __syncthreads();
     const int row0 = 16 * m + g;                // the warp's rows g and g + 8 of the tile
     const int token0 = tile * 16 * kM + row0;
 
-    // Down: latent [16, 8] per n-tile j = group + kGroups i, over every K step of D.
-    if (group < kDownTiles) {
-      float bb[kDownPerWarp][4] = {}, sb[kDownPerWarp][4] = {}, bs[kDownPerWarp][4] = {};
-      const float* a_at = hidden_s + row0 * plan.hidden_ld + q;
-      const float* b_at = w_down_s + q * plan.down_ld + 8 * group + g;
-#pragma unroll 4
-      for (int s = 0; s < k_steps; ++s) {
-        mma_k_step<kDownPerWarp, kGroups>(sb, bs, bb, a_at + 8 * s, plan.hidden_ld,
-                                          b_at + 8 * s * plan.down_ld, plan.down_ld);
+    // Down, chunk by chunk on the first tile, which waits for K chunk c's copies before its K steps
+    // [s0, s1) (block-uniform barriers).
+    const auto down_chunks = [&](auto&& steps) {
+      if (!first) return steps(0, k_steps);  // later tiles: one loop
+#pragma unroll 1
+      for (int chunk = 0; chunk < kKChunks; ++chunk) {
+        wait_k_chunk(chunk);
+        __syncthreads();
+        steps(chunk_steps * chunk, min(chunk_steps * (chunk + 1), k_steps));
       }
-      // Accumulator i holds rows g (0, 1) and g + 8 (2, 3) at columns 2q, 2q + 1 of its n-tile.
+    };
+    // Value pair (v0, v1) of the latent at tile row `row`, columns c and c + 1: into the latent
+    // tile (added to what is there with `add`), and with `publish` into the latent output.
+    const auto put_latent = [&](int row, int c, float v0, float v1, bool add, bool publish) {
+      float* at = latent_s + row * plan.latent_ld + c;
+      if (add) {
+        v0 += at[0];
+        v1 += at[1];
+      }
+      at[0] = v0;
+      at[1] = v1;
+      const int t = tile * 16 * kM + row;
+      if (publish && p.latent != nullptr && blockIdx.y == 0 && t < p.tokens && c < R) {
+        float* dst = p.latent + token_offset(t, p.seq, p.latent_stride_batch,
+                                             p.latent_stride_seq) + c;
+        dst[0] = v0;
+        if (c + 1 < R) dst[1] = v1;
+      }
+    };
+    // With R <= 48 at kM >= 3 (a block-uniform choice): warp (m, group = 2 half + triple) takes
+    // n-tiles 3 triple .. + 2 (no n-tile past 48 columns) and the K steps of parity `half` (both
+    // halves busy in every chunk), so each A split feeds 3 n-tiles instead of 2; half 0's sums go
+    // into the latent tile first, half 1 adds its own after a barrier (a fixed order).
+    bool triples = false;
+    if constexpr (kM >= 3) triples = R <= 8 * kTriple * 2;
+    if (triples) {
+      const int triple = group % 2, half = group / 2;
+      float bb[kTriple][4] = {}, sb[kTriple][4] = {}, bs[kTriple][4] = {};
+      const float* hidden_at = hidden_s + row0 * plan.hidden_ld + q;
+      const float* w_down_at = w_down_s + q * plan.down_ld + 8 * kTriple * triple + g;
+      down_chunks([&](int s0, int s1) {
+#pragma unroll 4
+        for (int s = s0 + ((s0 + half) & 1); s < s1; s += 2) {
+          mma_k_step<kTriple, 1>(sb, bs, bb, hidden_at + 8 * s, plan.hidden_ld,
+                                 w_down_at + 8 * s * plan.down_ld, plan.down_ld);
+        }
+      });
 #pragma unroll
-      for (int i = 0; i < kDownPerWarp; ++i) {
-        const int c = 8 * (group + kGroups * i) + 2 * q;
+      for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1) __syncthreads();
+        if (half != pass) continue;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float v0 = (sb[i][2 * h] + bs[i][2 * h]) + bb[i][2 * h];
-          const float v1 = (sb[i][2 * h + 1] + bs[i][2 * h + 1]) + bb[i][2 * h + 1];
-          latent_s[(row0 + 8 * h) * plan.latent_ld + c] = v0;
-          latent_s[(row0 + 8 * h) * plan.latent_ld + c + 1] = v1;
-          const int t = token0 + 8 * h;
-          if (p.latent != nullptr && blockIdx.y == 0 && t < p.tokens && c < R) {
-            float* dst = p.latent + token_offset(t, p.seq, p.latent_stride_batch,
-                                                 p.latent_stride_seq) + c;
-            dst[0] = v0;
-            if (c + 1 < R) dst[1] = v1;
+        for (int i = 0; i < kTriple; ++i) {
+          const int c = 8 * (kTriple * triple + i) + 2 * q;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            put_latent(row0 + 8 * h, c, (sb[i][2 * h] + bs[i][2 * h]) + bb[i][2 * h],
+                       (sb[i][2 * h + 1] + bs[i][2 * h + 1]) + bb[i][2 * h + 1], pass == 1,
+                       pass == 1);
+          }
+        }
+      }
+    } else {
+      // Latent [16, 8] per n-tile j = group + kGroups i, over every K step of D.
+      float bb[kDownPerWarp][4] = {}, sb[kDownPerWarp][4] = {}, bs[kDownPerWarp][4] = {};
+      const float* hidden_at = hidden_s + row0 * plan.hidden_ld + q;
+      const float* w_down_at = w_down_s + q * plan.down_ld + 8 * group + g;
+      down_chunks([&](int s0, int s1) {
+        if (group >= kDownTiles) return;
+#pragma unroll 4
+        for (int s = s0; s < s1; ++s) {
+          mma_k_step<kDownPerWarp, kGroups>(sb, bs, bb, hidden_at + 8 * s, plan.hidden_ld,
+                                            w_down_at + 8 * s * plan.down_ld, plan.down_ld);
+        }
+      });
+      if (group < kDownTiles) {
+        // Accumulator i holds rows g (0, 1) and g + 8 (2, 3) at columns 2q, 2q + 1 of its n-tile.
+#pragma unroll
+        for (int i = 0; i < kDownPerWarp; ++i) {
+          const int c = 8 * (group + kGroups * i) + 2 * q;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            put_latent(row0 + 8 * h, c, (sb[i][2 * h] + bs[i][2 * h]) + bb[i][2 * h],
+                       (sb[i][2 * h + 1] + bs[i][2 * h + 1]) + bb[i][2 * h + 1], false, true);
           }
         }
       }
     }
-    __syncthreads();  // the latent tile is whole; the hidden tile is free
+    // The next tile's rows: this tile's hidden rows were issued long ago (no reader left).
+    const int next = tile + static_cast<int>(gridDim.x);
+    if (next < p.tiles) hidden_rows<kM>(p, plan, hidden_s, next, tid);
+    __syncthreads();  // the latent tile and the next rows' addresses written; hidden tile free
 
     // The next tile's hidden rows, during this tile's up product (an empty group on the last).
-    const int next = tile + static_cast<int>(gridDim.x);
-    if (next < p.tiles) stage_hidden<kM, kVectors>(p, plan, hidden_s, next, tid);
+    if (next < p.tiles) {
+      stage_hidden<kM, kVectors>(p, plan, hidden_s, tid, 0, plan.k_rows);
+    }
     commit_copies();
-    wait_copies<1>();  // group 1: the [K | V] columns (done after the first tile)
+    wait_copies<1>();  // all but the next tile's: the [K | V] columns (done after the first tile)
     __syncthreads();
 
     // Up: [K | V] [16, 8] per n-tile j = group + kGroups i of the block's columns, over R.
@@ -334,8 +487,9 @@ int m_tiles(const Problem& p, const DeviceFacts& f) {
 }
 
 template <int kM, bool kVectors>
-void launch(const TilesParams& k, dim3 grid, size_t smem, Stream stream) {
-  kv_proj_fused_3xtf32_tiles<kM, kVectors><<<grid, kBlockThreads<kM>, smem, stream>>>(k);
+cudaError_t launch(const TilesParams& k, dim3 grid, size_t smem, Stream stream, int major) {
+  return launch_after_previous<kv_proj_fused_3xtf32_tiles<kM, kVectors>>(
+      grid, kBlockThreads<kM>, smem, stream, major, k);
 }
 
 }  // namespace
@@ -364,11 +518,11 @@ Status run_fused_token_tiles(const Problem& p, const Args& a, const DeviceFacts&
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(k.tiles, blocks_per_column_block(p, f))),
                   static_cast<unsigned>(column_blocks(p)));
   const bool vectors = fused_rows_16_bytes(p, a);
-  if (m == 1) (vectors ? launch<1, true> : launch<1, false>)(k, grid, smem, stream);
-  if (m == 2) (vectors ? launch<2, true> : launch<2, false>)(k, grid, smem, stream);
-  if (m == 3) (vectors ? launch<3, true> : launch<3, false>)(k, grid, smem, stream);
-  if (m == 4) (vectors ? launch<4, true> : launch<4, false>)(k, grid, smem, stream);
-  return cuda_status(cudaGetLastError(), "kv_proj_fused_3xtf32_tiles launch");
+  const auto kernel = m == 1   ? (vectors ? launch<1, true> : launch<1, false>)
+                      : m == 2 ? (vectors ? launch<2, true> : launch<2, false>)
+                      : m == 3 ? (vectors ? launch<3, true> : launch<3, false>)
+                               : (vectors ? launch<4, true> : launch<4, false>);
+  return cuda_status(kernel(k, grid, smem, stream, f.major), "kv_proj_fused_3xtf32_tiles launch");
 }
 
 }  // namespace latentkv::detail

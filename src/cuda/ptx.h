@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/cuda_check.h"
 
@@ -221,6 +222,15 @@ __device__ __forceinline__ void wait_for_previous_stage() {
   cudaGridDependencySynchronize();
 #endif
 }
+// The first lines of a kernel launched by launch_after_previous: every global memory access waits
+// until the previous kernel has finished, then the stream's next kernel may launch. Wait first:
+// a dependent's work before its own wait (K2's gamma, slot, position and cos/sin, K3's kv_b, a
+// caller's prologue) then still starts after everything before this kernel, as behind a plain
+// launch; triggering first would let it overlap the kernel before this one.
+__device__ __forceinline__ void start_after_previous_kernel() {
+  wait_for_previous_stage();
+  allow_dependents();
+}
 
 // d[16 x 8] += a[16 x 8] @ b[8 x 8], tf32 operands (float32 bit patterns: the tensor cores read
 // the sign, exponent and top 10 mantissa bits), float32 accumulation.
@@ -314,5 +324,39 @@ struct ProgrammaticLaunch {
   ProgrammaticLaunch(const ProgrammaticLaunch&) = delete;
   ProgrammaticLaunch& operator=(const ProgrammaticLaunch&) = delete;
 };
+
+// Launches Kernel(params) over (grid, threads, smem) on `stream` as a programmatic dependent of
+// the kernel before it in the stream where programmatic_launch_allowed (else in plain stream
+// order), with `extra` (a cluster dimension, say) as a second launch attribute where not null.
+// Kernel calls start_after_previous_kernel() before its first access to global memory: its blocks
+// may then be resident and through their launch before the previous kernel (the caller's, or our
+// previous call's) has ended.
+template <typename P>
+P kernel_parameter(void (*)(P));  // declared only: the parameter type of a one-argument kernel
+template <auto Kernel, typename Params>
+cudaError_t launch_after_previous(dim3 grid, unsigned threads, size_t smem, cudaStream_t stream,
+                                  int major, const Params& params,
+                                  const cudaLaunchAttribute* extra = nullptr) {
+  static_assert(std::is_same_v<decltype(kernel_parameter(Kernel)), Params>,
+                "params is the kernel's own parameter type (a derived one would be sliced)");
+  cudaLaunchAttribute attributes[2] = {};
+  unsigned count = 0;
+  if (programmatic_launch_allowed<Kernel>(major)) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  if (extra != nullptr) attributes[count++] = *extra;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = count;
+  const cudaError_t err = cudaLaunchKernelEx(&config, Kernel, params);
+  if (err != cudaSuccess) (void)cudaGetLastError();  // returned, not left for the caller's check
+  return err;
+}
 
 }  // namespace latentkv::detail

@@ -19,6 +19,7 @@
 
 #include "cuda/tile_sizes.h"
 #include "graph_rounds.h"
+#include "late_writer.h"
 #include "testing.h"
 
 namespace latentkv::testing {
@@ -676,6 +677,7 @@ TEST(GpuStreams, ACallReadsTheOutputOfTheCallBefore) {
     };
     std::vector<double> ref_first, ref_second;
     reference_kv_proj(first, in_first, &ref_first, nullptr);
+    int programmatic = 0;
     eager_then_graph_replays(s.stream, enqueue, [&](const std::string&) {
       expect_output_matches(dev_first.out, first.dtype, host_first.out_offsets, ref_first,
                             kFloat32Tolerance, "first call's out");
@@ -687,8 +689,61 @@ TEST(GpuStreams, ACallReadsTheOutputOfTheCallBefore) {
       reference_kv_proj(second, in_second, &ref_second, nullptr);
       expect_output_matches(dev_second.out, second.dtype, host_second.out_offsets, ref_second,
                             kFloat32Tolerance, "second call's out");
-    });
+    }, &programmatic);
     if (HasFatalFailure()) return;
+    if (late_writer_available()) {  // sm_90: the second call's kernel follows the first's
+      EXPECT_GE(programmatic, 1) << "the second call's kernel was not a programmatic dependent";
+    }
+  }
+}
+
+// Every cuda-fused kernel touches memory only after its griddepcontrol.wait, checked without
+// relying on timing: its hidden states are written by late_copy (late_writer.h), which lets the
+// call's kernel launch at once and writes them ~50 us later; a read before the wait sees the NaN
+// poison. Token counts and widths reach one-token (1, 2), register tiles (16: 32 columns, 64 and
+// 384: 256), streaming with its weight copy (128), tensor core (733), token tiles (6144) and, at
+// R = 96, the cluster configuration (733).
+TEST(GpuStreams, EveryFusedKernelWaitsBeforeItsFirstRead) {
+  SKIP_WITHOUT_CUDA();
+  if (!late_writer_available()) GTEST_SKIP() << "no programmatic launch below sm_90";
+  OwnedStream s;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  const Options o = cuda_options(Strategy::kCudaFused, s.stream);
+  struct Case {
+    int64_t tokens, rank;
+  };
+  for (const Case& c : {Case{1, 48}, Case{2, 48}, Case{16, 48}, Case{64, 48}, Case{128, 48},
+                        Case{384, 48}, Case{733, 48}, Case{6144, 48}, Case{733, 96}}) {
+    const Problem p = shape(1, c.tokens, 256, c.rank, 4, 32);
+    SCOPED_TRACE(p.to_string());
+    const Expected e = expected_for(p);
+    const StridedBuffers host = strided_buffers(p, e.in, padded_args(p, 0), false);
+    DeviceCall dev;
+    dev.init(p, host, 0);
+    DeviceTensor source;  // hidden's values; dev.hidden starts each round as NaN
+    CUDA_ASSERT(source.allocate(dev.hidden.bytes, 0));
+    CUDA_ASSERT(cudaMemcpy(source.ptr, dev.hidden.ptr, dev.hidden.bytes, cudaMemcpyDeviceToDevice));
+    if (HasFatalFailure()) return;
+    const auto enqueue = [&]() -> Status {
+      if (cudaMemsetAsync(dev.hidden.ptr, kNaNByte, dev.hidden.bytes, s.stream) != cudaSuccess ||
+          dev.poison(s.stream) != cudaSuccess) {
+        return {StatusCode::kCudaError, "cudaMemsetAsync (the poison)"};
+      }
+      if (late_copy(source.ptr, dev.hidden.ptr, dev.hidden.bytes, 50000, s.stream) !=
+          cudaSuccess) {
+        return {StatusCode::kCudaError, "late_copy"};
+      }
+      return run(p, dev.args, o);
+    };
+    int programmatic = 0;
+    eager_then_graph_replays(
+        s.stream, enqueue,
+        [&](const std::string&) {
+          expect_output_matches(dev.out, p.dtype, host.out_offsets, e.out, e.out_tolerance, "out");
+        },
+        &programmatic);
+    if (HasFatalFailure()) return;
+    EXPECT_GE(programmatic, 1) << "the call's kernel was not a programmatic dependent";
   }
 }
 

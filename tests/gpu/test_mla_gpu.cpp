@@ -33,6 +33,7 @@
 #include "cuda/tile_sizes.h"
 #include "graph_rounds.h"
 #include "heuristics.h"
+#include "late_writer.h"
 #include "mla_reference.h"
 #include "testing.h"
 
@@ -1017,6 +1018,36 @@ TEST(MlaGpu, CapturesIntoACudaGraph) {
   cudaStreamDestroy(stream);
 }
 
+// The chained-call tests' layer: the first stage alone, bf16, D = 256, R = 64, dr = 16, H = 2, on
+// T tokens (B = 1).
+MlaProblem small_first_stage(int64_t tokens) {
+  MlaProblem p = with(mla_shape(256, 0, 64, 16, 2, 16, 16), DType::kBFloat16, MlaStage::kFirst,
+                      RopeStyle::kInterleave);
+  p.seq = tokens;
+  return p;
+}
+
+// values as dtype in a fresh device buffer of arena.
+void* upload_values(DeviceArena& arena, const std::vector<float>& values, DType dtype) {
+  const std::vector<unsigned char> bytes = to_bytes(values, dtype);
+  return arena.upload(bytes.data(), bytes.size());
+}
+
+// `bytes` of 0xFF (NaN in every dtype) in a fresh device buffer of arena.
+void* upload_poison(DeviceArena& arena, size_t bytes) {
+  const std::vector<unsigned char> poison(bytes, 0xFF);
+  return arena.upload(poison.data(), bytes);
+}
+
+// cuda-mla-decode forced on `stream`.
+Options decode_options(cudaStream_t stream) {
+  Options o;
+  o.backend = Backend::kCuda;
+  o.strategy = Strategy::kCudaMlaDecode;
+  o.stream = stream;
+  return o;
+}
+
 // Two first-stage calls back to back on one stream with no synchronization between them, sharing
 // one workspace: the second call's hidden states are the first's dense cache rows [T, R + dr]
 // (its D = R + dr). A kernel of the second call that touched memory before the first call's
@@ -1029,28 +1060,21 @@ TEST(MlaGpu, ACallReadsTheCacheRowsOfTheCallBefore) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   for (int64_t tokens : {1, 4, 16}) {
-    MlaProblem first = with(mla_shape(256, 0, 64, 16, 2, 16, 16), DType::kBFloat16,
-                            MlaStage::kFirst, RopeStyle::kInterleave);
-    first.seq = tokens;
+    const MlaProblem first = small_first_stage(tokens);
     MlaProblem second = first;
     second.model_dim = first.cache_width();
     SCOPED_TRACE(first.to_string());
     const MlaInputs in_first = random_mla_inputs(first, kSeed + static_cast<uint64_t>(tokens));
     MlaInputs in_second = random_mla_inputs(second, kSeed + 100 + static_cast<uint64_t>(tokens));
-    Options o;
-    o.backend = Backend::kCuda;
-    o.strategy = Strategy::kCudaMlaDecode;
-    o.stream = stream;
+    const Options o = decode_options(stream);
     DeviceArena arena;
     const auto upload = [&](const std::vector<float>& values, DType dtype) {
-      const std::vector<unsigned char> bytes = to_bytes(values, dtype);
-      return arena.upload(bytes.data(), bytes.size());
+      return upload_values(arena, values, dtype);
     };
     const size_t cache_bytes =
         static_cast<size_t>(tokens * first.cache_width() * element_size(first.dtype));
-    const std::vector<unsigned char> poison_bytes(cache_bytes, 0xFF);
-    void* cache_first = arena.upload(poison_bytes.data(), cache_bytes);
-    void* cache_second = arena.upload(poison_bytes.data(), cache_bytes);
+    void* cache_first = upload_poison(arena, cache_bytes);
+    void* cache_second = upload_poison(arena, cache_bytes);
     const int64_t ws = std::max(workspace_size(first, o), workspace_size(second, o));
     const std::vector<unsigned char> ws_bytes(static_cast<size_t>(ws), 0xFF);
     void* workspace = arena.upload(ws_bytes.data(), ws_bytes.size());
@@ -1092,6 +1116,7 @@ TEST(MlaGpu, ACallReadsTheCacheRowsOfTheCallBefore) {
       for (int64_t t = 0; t < tokens; ++t) append_cache_row(first, o_, t, &rows);
       return rows;
     };
+    int programmatic = 0;
     eager_then_graph_replays(stream, enqueue, [&](const std::string&) {
       std::vector<unsigned char> bytes(cache_bytes);
       ASSERT_EQ(cudaMemcpy(bytes.data(), cache_first, cache_bytes, cudaMemcpyDeviceToHost),
@@ -1106,8 +1131,95 @@ TEST(MlaGpu, ACallReadsTheCacheRowsOfTheCallBefore) {
                    rows_of(reference_mla(second, in_second, RopeForm::kPositions)),
                    rows_of(emulate_unfused_mla(second, in_second, RopeForm::kPositions)),
                    second.dtype);
-    });
+    }, &programmatic);
     if (HasFatalFailure()) break;
+    if (late_writer_available()) {  // sm_90: each call's K2 after its K1 (K1 itself in plain
+                                    // stream order after the kernel before the call)
+      EXPECT_GE(programmatic, 2) << "the calls' kernels were not programmatic dependents";
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
+// A first-stage call whose inputs are written by late_copy (late_writer.h): it lets a programmatic
+// dependent launch at once and writes them ~50 us later, so any kernel of the call that reads one
+// before the kernel before the call has finished reads the poison (hidden: NaN; positions: -1,
+// outside the table, so NaN k_pe). K1 is a plain launch (a programmatic K1 measured slower at V3
+// T=16, docs/experiments.md, session 26), so it starts after late_copy ends; K2 (and K3's fold)
+// read gamma, the slot, the position and its cos/sin before their waits. The test keeps that
+// order honest if K1 becomes a programmatic dependent again.
+TEST(MlaGpu, NoKernelOfACallReadsBeforeTheKernelBeforeItEnds) {
+  SKIP_WITHOUT_CUDA_MLA();
+  if (!late_writer_available()) GTEST_SKIP() << "no programmatic launch below sm_90";
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (int64_t tokens : {1, 4, 16}) {
+    for (bool late_positions : {false, true}) {
+      const MlaProblem p = small_first_stage(tokens);
+      SCOPED_TRACE(p.to_string() + (late_positions ? " (positions late)" : " (hidden late)"));
+      const MlaInputs in = random_mla_inputs(p, kSeed + static_cast<uint64_t>(tokens));
+      const Options o = decode_options(stream);
+      DeviceArena arena;
+      const auto upload = [&](const std::vector<float>& values, DType dtype) {
+        return upload_values(arena, values, dtype);
+      };
+      const size_t cache_bytes =
+          static_cast<size_t>(tokens * p.cache_width() * element_size(p.dtype));
+      void* cache = upload_poison(arena, cache_bytes);
+      const int64_t ws = workspace_size(p, o);
+      const std::vector<unsigned char> ws_bytes(static_cast<size_t>(ws), 0xFF);
+      MlaArgs a = contiguous_mla_args(p);
+      void* hidden = upload(in.hidden, p.dtype);
+      void* hidden_source = upload(in.hidden, p.dtype);
+      const size_t hidden_bytes = in.hidden.size() * static_cast<size_t>(element_size(p.dtype));
+      const size_t positions_bytes = in.positions.size() * sizeof(int64_t);
+      void* positions = arena.upload(in.positions.data(), positions_bytes);
+      void* positions_source = arena.upload(in.positions.data(), positions_bytes);
+      a.hidden = hidden;
+      a.kv_a_weight = upload(in.kv_a_weight, p.dtype);
+      a.kv_a_norm_weight = upload(in.kv_a_norm_weight, p.dtype);
+      a.positions = static_cast<const int64_t*>(positions);
+      a.max_position = in.max_position;
+      a.cos_sin_cache = upload(in.cos_sin_cache, p.rope_dtype);
+      a.kv_cache = cache;
+      a.num_slots = p.tokens();
+      a.workspace = arena.upload(ws_bytes.data(), ws_bytes.size());
+      a.workspace_bytes = ws;
+      ASSERT_FALSE(HasFailure()) << "setting up";
+      void* late = late_positions ? positions : hidden;
+      const void* source = late_positions ? positions_source : hidden_source;
+      const size_t late_bytes = late_positions ? positions_bytes : hidden_bytes;
+      const auto enqueue = [&]() -> Status {
+        if (cudaMemsetAsync(cache, 0xFF, cache_bytes, stream) != cudaSuccess ||
+            cudaMemsetAsync(late, 0xFF, late_bytes, stream) != cudaSuccess) {
+          return {StatusCode::kCudaError, "cudaMemsetAsync (the poison)"};
+        }
+        if (late_copy(source, late, late_bytes, 50000, stream) != cudaSuccess) {
+          return {StatusCode::kCudaError, "late_copy"};
+        }
+        return run(p, a, o);
+      };
+      const MlaOutputs ref = reference_mla(p, in, RopeForm::kPositions);
+      const MlaOutputs emu = emulate_unfused_mla(p, in, RopeForm::kPositions);
+      std::vector<double> ref_rows, emu_rows;
+      for (int64_t t = 0; t < tokens; ++t) {
+        append_cache_row(p, ref, t, &ref_rows);
+        append_cache_row(p, emu, t, &emu_rows);
+      }
+      int programmatic = 0;
+      eager_then_graph_replays(
+          stream, enqueue,
+          [&](const std::string&) {
+            std::vector<unsigned char> bytes(cache_bytes);
+            ASSERT_EQ(cudaMemcpy(bytes.data(), cache, cache_bytes, cudaMemcpyDeviceToHost),
+                      cudaSuccess);
+            expect_close("the cache rows", from_bytes(bytes, p.dtype), ref_rows, emu_rows,
+                         p.dtype);
+          },
+          &programmatic);
+      if (HasFatalFailure()) break;
+      EXPECT_GE(programmatic, 1) << "K1 -> K2 was not a programmatic edge";
+    }
   }
   cudaStreamDestroy(stream);
 }

@@ -123,7 +123,8 @@ class LatentKVProjection(nn.Module):
     Parameters w_down (D, R), w_up_k (R, H*Dh), w_up_v (R, H*Dh), created in that order with
     randn(...) / sqrt(fan_in), as the reference does. forward(x) with x (B, S, D) returns
     (2, B, S, H, Dh): the fused latentkv op when autograd records nothing, else the unfused
-    reference math (latentkv has no backward yet).
+    reference math (latentkv has no backward yet); also the reference math for bf16 / fp16 on the
+    CPU, whose projection backend is float32 only.
     """
 
     def __init__(self, model_dim, rank, num_heads, head_dim, *, device=None, dtype=None):
@@ -146,8 +147,9 @@ class LatentKVProjection(nn.Module):
         # nn.Module.__getattr__, a slow lookup on every call.
         params = self._parameters
         w_down, w_up_k, w_up_v = params["w_down"], params["w_up_k"], params["w_up_v"]
-        if _is_grad_enabled() and (x.requires_grad or w_down.requires_grad
-                                   or w_up_k.requires_grad or w_up_v.requires_grad):
+        if (_is_grad_enabled() and (x.requires_grad or w_down.requires_grad
+                                    or w_up_k.requires_grad or w_up_v.requires_grad)) or (
+                x.dtype != torch.float32 and x.device.type == "cpu"):
             return reference_kv_proj(x, w_down, w_up_k, w_up_v, self.num_heads)
         return _op(x, w_down, w_up_k, w_up_v, self.num_heads)
 

@@ -403,3 +403,17 @@ def test_torch_kv_proj_names_the_argument_that_is_not_a_tensor():
         lt.kv_proj(*(t.numpy() for t in (hidden, w_down, w_up_k, w_up_v)), 2)
     with pytest.raises(TypeError, match="w_up_k: expected a torch.Tensor like hidden, got list"):
         lt.kv_proj(hidden, w_down, [1.0], w_up_v, 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_module_in_half_precision_on_cpu_runs_the_reference_math(dtype):
+    # The CPU backend's projection is float32 only: a bf16 / fp16 module on the CPU computes what
+    # the reference module computes instead of raising.
+    torch.manual_seed(3)
+    module = lt.LatentKVProjection(32, 8, 2, 4).to(dtype)
+    x = torch.randn(2, 5, 32).to(dtype)
+    with torch.no_grad():
+        got = module(x)
+    want = lt.reference_kv_proj(x, module.w_down, module.w_up_k, module.w_up_v, 2)
+    assert got.dtype == dtype
+    assert torch.equal(got, want)

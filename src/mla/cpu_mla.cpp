@@ -94,8 +94,8 @@ void panel_rows(const float* const* x, const float* const* w, int i0, int nt, in
   }
 }
 
-// One worker's float32 panels (bf16 / fp16 operands converted once per panel) and sums, kept
-// between calls.
+// One worker's float32 panels (the item's token rows copied or converted, its bf16 / fp16 weight
+// rows converted) and sums, kept between calls.
 struct Panels {
   std::vector<float> x, w, sums;
   Panels()

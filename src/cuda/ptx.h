@@ -339,19 +339,14 @@ cudaError_t launch_after_previous(dim3 grid, unsigned threads, size_t smem, cuda
                                   const cudaLaunchAttribute* extra = nullptr) {
   static_assert(std::is_same_v<decltype(kernel_parameter(Kernel)), Params>,
                 "params is the kernel's own parameter type (a derived one would be sliced)");
+  ProgrammaticLaunch launch(threads, stream);
+  cudaLaunchConfig_t& config = launch.config;
+  config.gridDim = grid;
+  config.dynamicSmemBytes = smem;
   cudaLaunchAttribute attributes[2] = {};
   unsigned count = 0;
-  if (programmatic_launch_allowed<Kernel>(major)) {
-    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[count].val.programmaticStreamSerializationAllowed = 1;
-    ++count;
-  }
+  if (programmatic_launch_allowed<Kernel>(major)) attributes[count++] = launch.attribute;
   if (extra != nullptr) attributes[count++] = *extra;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
   config.attrs = attributes;
   config.numAttrs = count;
   const cudaError_t err = cudaLaunchKernelEx(&config, Kernel, params);

@@ -4,6 +4,9 @@
 // inputs with any standard library) and easy to trust: the reference is three loops in float64.
 #include "testing.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -71,6 +74,42 @@ float round_to_dtype(float value, DType dtype) {
   constexpr float kMax = 65504.0f;
   return std::fabs(rounded) > kMax ? std::copysign(std::numeric_limits<float>::infinity(), value)
                                    : rounded;
+}
+
+std::vector<unsigned char> to_bytes(const std::vector<float>& values, DType dtype) {
+  const size_t eb = static_cast<size_t>(element_size(dtype));
+  std::vector<unsigned char> out(values.size() * eb);
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kFloat32) {
+      std::memcpy(&out[i * eb], &values[i], eb);
+    } else if (dtype == DType::kBFloat16) {
+      const __nv_bfloat16 x = __float2bfloat16_rn(values[i]);
+      std::memcpy(&out[i * eb], &x, eb);
+    } else {
+      const __half x = __float2half_rn(values[i]);
+      std::memcpy(&out[i * eb], &x, eb);
+    }
+  }
+  return out;
+}
+
+std::vector<float> from_bytes(const std::vector<unsigned char>& bytes, DType dtype) {
+  const size_t eb = static_cast<size_t>(element_size(dtype));
+  std::vector<float> out(bytes.size() / eb);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (dtype == DType::kFloat32) {
+      std::memcpy(&out[i], &bytes[i * eb], eb);
+    } else if (dtype == DType::kBFloat16) {
+      __nv_bfloat16 x;
+      std::memcpy(&x, &bytes[i * eb], eb);
+      out[i] = __bfloat162float(x);
+    } else {
+      __half x;
+      std::memcpy(&x, &bytes[i * eb], eb);
+      out[i] = __half2float(x);
+    }
+  }
+  return out;
 }
 
 HostInputs random_inputs(const Problem& p, uint64_t seed) {

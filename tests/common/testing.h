@@ -52,6 +52,11 @@ std::string problem_id(const Problem& problem);
 // value rounded to the nearest value of dtype (round to nearest even); float32 values unchanged.
 float round_to_dtype(float value, DType dtype);
 
+// float values (already rounded to dtype; NaN stays NaN) as the dtype's bytes, and back (the CUDA
+// toolkit's host conversions).
+std::vector<unsigned char> to_bytes(const std::vector<float>& values, DType dtype);
+std::vector<float> from_bytes(const std::vector<unsigned char>& bytes, DType dtype);
+
 // Strided layouts, so tests cover padded (non-contiguous) tensors.
 enum class Tensor { kHidden, kWDown, kWUpK, kWUpV, kOut, kLatent };
 

@@ -259,57 +259,21 @@ Options cpu_options() {
 }
 
 // --- bf16 / fp16 calls: the float32 buffers of an MlaCall (values already rounded to the dtype,
-// NaN padding) copied bit-exactly into 16-bit buffers of the same layouts, and the outputs back.
+// NaN padding) copied into buffers of the dtype with the same layouts, and the outputs back.
 
-uint16_t half_bits(float x, DType dtype) {
-  if (dtype == DType::kBFloat16) {
-    uint32_t u = 0;
-    std::memcpy(&u, &x, sizeof u);
-    return static_cast<uint16_t>(u >> 16);  // exact: x has a bf16 value (or is NaN)
-  }
-  if (std::isnan(x)) return 0x7e00;
-  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
-  const float a = std::fabs(x);
-  if (std::isinf(a)) return sign | 0x7c00;
-  if (a == 0.0f) return sign;
-  int e = 0;
-  const float m = std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1)
-  if (e - 1 >= -14) {
-    return sign | static_cast<uint16_t>((e - 1 + 15) << 10) |
-           static_cast<uint16_t>(std::ldexp(m, 11) - 1024.0f);
-  }
-  return sign | static_cast<uint16_t>(std::ldexp(a, 24));  // subnormal: a = mantissa 2^-24
-}
-
-float half_value(uint16_t h, DType dtype) {
-  if (dtype == DType::kBFloat16) {
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float x = 0.0f;
-    std::memcpy(&x, &u, sizeof x);
-    return x;
-  }
-  const float sign = (h & 0x8000) ? -1.0f : 1.0f;
-  const int exp = (h >> 10) & 31, mant = h & 1023;
-  if (exp == 31) return mant ? kNaNf : sign * std::numeric_limits<float>::infinity();
-  if (exp == 0) return sign * std::ldexp(static_cast<float>(mant), -24);
-  return sign * std::ldexp(static_cast<float>(1024 + mant), exp - 25);
-}
-
+// 16-bit copies of an MlaCall's buffers, kept alive for one call.
 struct HalfBuffers {
-  std::vector<std::vector<uint16_t>> store;
-  // A 16-bit copy of v, or null for an empty v.
-  const void* copy(const std::vector<float>& v, DType dtype) {
-    if (v.empty()) return nullptr;
-    std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = half_bits(v[i], dtype);
-    store.push_back(std::move(h));
+  std::vector<std::vector<unsigned char>> store;
+  void* copy(const std::vector<float>& v, DType dtype) {
+    store.push_back(to_bytes(v, dtype));
     return store.back().data();
   }
 };
 
 void copy_back(const void* h, DType dtype, std::vector<float>* v) {
-  const uint16_t* bits = static_cast<const uint16_t*>(h);
-  for (size_t i = 0; i < v->size(); ++i) (*v)[i] = half_value(bits[i], dtype);
+  const unsigned char* bytes = static_cast<const unsigned char*>(h);
+  *v = from_bytes(std::vector<unsigned char>(bytes, bytes + v->size() * element_size(dtype)),
+                  dtype);
 }
 
 // Runs c in c.p.dtype: float32 as built; bf16 / fp16 on 16-bit copies of every buffer (the RoPE
@@ -320,7 +284,7 @@ Status run_call(MlaCall* c) {
   HalfBuffers h;
   h.store.reserve(16);
   MlaArgs a = c->args;
-  const auto swap = [&](const void* was, const std::vector<float>& v) {
+  const auto swap = [&](const void* was, const std::vector<float>& v) -> void* {
     return was == nullptr ? nullptr : h.copy(v, dt);
   };
   a.hidden = swap(a.hidden, c->hidden);
@@ -336,10 +300,10 @@ Status run_call(MlaCall* c) {
   a.latent = swap(a.latent, c->latent);
   a.k_pe = swap(a.k_pe, c->k_pe);
   a.kv_b_weight = swap(a.kv_b_weight, c->kv_b_weight);
-  a.kv_cache = const_cast<void*>(swap(a.kv_cache, c->kv_cache));
-  a.q_a = const_cast<void*>(swap(a.q_a, c->q_a));
-  a.k = const_cast<void*>(swap(a.k, c->k));
-  a.v = const_cast<void*>(swap(a.v, c->v));
+  a.kv_cache = swap(a.kv_cache, c->kv_cache);
+  a.q_a = swap(a.q_a, c->q_a);
+  a.k = swap(a.k, c->k);
+  a.v = swap(a.v, c->v);
   const Status s = run(c->p, a, cpu_options());
   if (a.kv_cache != nullptr) copy_back(a.kv_cache, dt, &c->kv_cache);
   if (a.q_a != nullptr) copy_back(a.q_a, dt, &c->q_a);

@@ -9,8 +9,6 @@
 // as NaN bytes, so an element never written, or written where it must not be, shows. Select with
 // --gtest_filter='*Mla*' (cuda-mla-decode's own cases: '*MlaDecode*'); every test skips on a
 // machine with no GPU.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -100,43 +98,6 @@ std::string case_name(const MlaCase& c) {
 }
 
 void PrintTo(const MlaCase& c, std::ostream* os) { *os << case_name(c); }
-
-// float values (already rounded to dtype) as the dtype's bytes, and back.
-std::vector<unsigned char> to_bytes(const std::vector<float>& values, DType dtype) {
-  const size_t eb = static_cast<size_t>(element_size(dtype));
-  std::vector<unsigned char> out(values.size() * eb);
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::kFloat32) {
-      std::memcpy(&out[i * eb], &values[i], eb);
-    } else if (dtype == DType::kBFloat16) {
-      const __nv_bfloat16 x = __float2bfloat16_rn(values[i]);
-      std::memcpy(&out[i * eb], &x, eb);
-    } else {
-      const __half x = __float2half_rn(values[i]);
-      std::memcpy(&out[i * eb], &x, eb);
-    }
-  }
-  return out;
-}
-
-std::vector<float> from_bytes(const std::vector<unsigned char>& bytes, DType dtype) {
-  const size_t eb = static_cast<size_t>(element_size(dtype));
-  std::vector<float> out(bytes.size() / eb);
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (dtype == DType::kFloat32) {
-      std::memcpy(&out[i], &bytes[i * eb], eb);
-    } else if (dtype == DType::kBFloat16) {
-      __nv_bfloat16 x;
-      std::memcpy(&x, &bytes[i * eb], eb);
-      out[i] = __bfloat162float(x);
-    } else {
-      __half x;
-      std::memcpy(&x, &bytes[i * eb], eb);
-      out[i] = __half2float(x);
-    }
-  }
-  return out;
-}
 
 // Owns the call's device buffers, each exactly its tensor's bytes.
 class DeviceArena {

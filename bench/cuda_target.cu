@@ -11,9 +11,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "baseline_cublas.h"
+#include "testing.h"
 #include "cuda_check.h"
 
 namespace latentkv::bench {
@@ -102,49 +102,11 @@ void fill_uniform(void* data, DType dtype, int64_t count, uint32_t seed, Stream 
 
 }  // namespace
 
-std::vector<unsigned char> to_device_format(const std::vector<float>& values, DType dtype) {
-  std::vector<unsigned char> bytes(values.size() * static_cast<size_t>(element_size(dtype)));
-  if (dtype == DType::kFloat32) {
-    std::memcpy(bytes.data(), values.data(), bytes.size());
-    return bytes;
-  }
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::kBFloat16) {
-      const __nv_bfloat16 v = __float2bfloat16_rn(values[i]);
-      std::memcpy(bytes.data() + 2 * i, &v, 2);
-    } else {
-      const __half v = __float2half_rn(values[i]);
-      std::memcpy(bytes.data() + 2 * i, &v, 2);
-    }
-  }
-  return bytes;
-}
-
-std::vector<float> from_device_format(const std::vector<unsigned char>& bytes, DType dtype) {
-  std::vector<float> values(bytes.size() / static_cast<size_t>(element_size(dtype)));
-  if (dtype == DType::kFloat32) {
-    std::memcpy(values.data(), bytes.data(), bytes.size());
-    return values;
-  }
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::kBFloat16) {
-      __nv_bfloat16 v;
-      std::memcpy(&v, bytes.data() + 2 * i, 2);
-      values[i] = __bfloat162float(v);
-    } else {
-      __half v;
-      std::memcpy(&v, bytes.data() + 2 * i, 2);
-      values[i] = __half2float(v);
-    }
-  }
-  return values;
-}
-
 std::vector<float> read_device(const void* data, size_t bytes, DType dtype, Stream stream) {
   std::vector<unsigned char> host(bytes);
   BENCH_CHECK(cudaMemcpyAsync(host.data(), data, bytes, cudaMemcpyDeviceToHost, stream));
   BENCH_CHECK(cudaStreamSynchronize(stream));
-  return from_device_format(host, dtype);
+  return testing::from_bytes(host, dtype);
 }
 
 namespace {
@@ -270,7 +232,7 @@ class CudaTarget final : public Target {
     const std::vector<float>* host[] = {&inputs.hidden, &inputs.w_down, &inputs.w_up_k,
                                         &inputs.w_up_v};
     for (int i = 0; i < kOut; ++i) {
-      const std::vector<unsigned char> bytes = to_device_format(*host[i], problem.dtype);
+      const std::vector<unsigned char> bytes = testing::to_bytes(*host[i], problem.dtype);
       BENCH_CHECK(cudaMemcpyAsync(slab_ + offset_[i], bytes.data(), bytes.size(),
                                  cudaMemcpyHostToDevice, stream_));
       BENCH_CHECK(cudaStreamSynchronize(stream_));  // before `bytes` goes away

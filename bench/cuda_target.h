@@ -44,10 +44,6 @@ class GpuSession {
 };
 
 // The pieces every GPU target shares (the MLA cases' target too).
-// Host float values (already rounded to dtype, so exactly representable) as the bytes of a device
-// tensor of dtype, and back.
-std::vector<unsigned char> to_device_format(const std::vector<float>& values, DType dtype);
-std::vector<float> from_device_format(const std::vector<unsigned char>& bytes, DType dtype);
 // A device tensor of `bytes` bytes in dtype, waited for on stream and read back as float.
 std::vector<float> read_device(const void* data, size_t bytes, DType dtype, Stream stream);
 // How many copies of an input set of set_bytes the timed calls cycle through: with config.rotate

@@ -12,6 +12,7 @@
 #include "cuda_check.h"
 #include "mla_baseline_cublas.h"
 #include "mla_case.h"
+#include "testing.h"
 
 namespace latentkv::bench {
 namespace {
@@ -58,7 +59,7 @@ class MlaCudaTarget final : public MlaTarget {
         bytes.resize(bytes_[i]);
         std::memcpy(bytes.data(), t.indices.data(), bytes_[i]);
       } else {
-        bytes = to_device_format(t.values, t.kind == MlaKind::kData ? p.dtype : p.rope_dtype);
+        bytes = testing::to_bytes(t.values, t.kind == MlaKind::kData ? p.dtype : p.rope_dtype);
       }
       BENCH_CHECK(cudaMemcpyAsync(slab_ + offset_[i], bytes.data(), bytes.size(),
                                  cudaMemcpyHostToDevice, stream_));

@@ -24,7 +24,9 @@
 //                 its padded layout, its w_up slice into registers, which ptxas issues after the
 //                 copies' wait as in that kernel), so that its copy is timed by this harness beside
 //                 smem: latentkv-bench read that kernel's loads at 4.1 us past the launch (session
-//                 23), ~2 us more than smem here
+//                 23), ~2 us more than smem here. Unsound (session 27): this variant's fold reads
+//                 w_down row tid at stride 52 floats, 4-way bank conflicts on 48 loads a thread,
+//                 which the kernel (lanes on rows 32 i + lane, 16-byte reads) does not pay
 //   rt-copy-pinned  the same with the w_up loads kept before the wait
 //   rt-copy-no-up the same without the w_up registers (what session 23's load probe timed)
 //   empty-pdl, rt-copy-pinned-pdl  the empty kernel and rt-copy-pinned launched as programmatic

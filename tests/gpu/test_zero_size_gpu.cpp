@@ -2,14 +2,11 @@
 // stream, what the unfused math gives (the CPU backend's result, tests/cpu/test_validation.cpp's
 // ZeroSize): out zeros where R or D is 0, the latent zeros where D is 0 and hidden @ w_down where
 // only N is 0, nothing where T is 0. Every dtype; outputs start as NaN; empty tensors are null.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -20,49 +17,13 @@ namespace {
 
 #define ZS_CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
 
-// Host float values as dtype's bytes, and back.
-std::vector<uint16_t> to_half_bits(const std::vector<float>& v, DType dtype) {
-  std::vector<uint16_t> bits(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (dtype == DType::kBFloat16) {
-      const __nv_bfloat16 b = __float2bfloat16_rn(v[i]);
-      std::memcpy(&bits[i], &b, 2);
-    } else {
-      const __half h = __float2half_rn(v[i]);
-      std::memcpy(&bits[i], &h, 2);
-    }
-  }
-  return bits;
-}
-
-float from_bits(const unsigned char* p, DType dtype) {
-  if (dtype == DType::kFloat32) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
-  }
-  if (dtype == DType::kBFloat16) {
-    __nv_bfloat16 b;
-    std::memcpy(&b, p, 2);
-    return __bfloat162float(b);
-  }
-  __half h;
-  std::memcpy(&h, p, 2);
-  return __half2float(h);
-}
-
 // A device copy of host floats in dtype (null when empty).
 void* upload(const std::vector<float>& v, DType dtype) {
   if (v.empty()) return nullptr;
-  const size_t eb = static_cast<size_t>(element_size(dtype));
+  const std::vector<unsigned char> bytes = to_bytes(v, dtype);
   void* d = nullptr;
-  if (cudaMalloc(&d, v.size() * eb) != cudaSuccess) return nullptr;
-  if (dtype == DType::kFloat32) {
-    cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice);
-  } else {
-    const std::vector<uint16_t> bits = to_half_bits(v, dtype);
-    cudaMemcpy(d, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice);
-  }
+  if (cudaMalloc(&d, bytes.size()) != cudaSuccess) return nullptr;
+  cudaMemcpy(d, bytes.data(), bytes.size(), cudaMemcpyHostToDevice);
   return d;
 }
 
@@ -77,12 +38,9 @@ void* poisoned(int64_t count, DType dtype) {
 }
 
 std::vector<float> download(const void* d, int64_t count, DType dtype) {
-  const size_t eb = static_cast<size_t>(element_size(dtype));
-  std::vector<unsigned char> raw(static_cast<size_t>(count) * eb);
+  std::vector<unsigned char> raw(static_cast<size_t>(count * element_size(dtype)));
   if (count > 0) cudaMemcpy(raw.data(), d, raw.size(), cudaMemcpyDeviceToHost);
-  std::vector<float> v(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) v[i] = from_bits(raw.data() + i * eb, dtype);
-  return v;
+  return from_bytes(raw, dtype);
 }
 
 TEST(GpuZeroSize, EveryDimensionMayBeZero) {

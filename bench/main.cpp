@@ -76,20 +76,17 @@ class Progress {
   bool shown_ = false;
 };
 
-// Why the CPU backend does not run a case (`sweep`: in a sweep), or empty. MLA cases in bf16/fp16
-// are never run there: their error budget is twice an unfused baseline's error, and the CPU target
-// has no baseline (tests/cpu/test_mla.cpp checks cpu-mla's half types against transformers'
-// emulated error instead).
+// Why the CPU backend does not run a case (`sweep`: in a sweep), or empty. Cases in bf16/fp16 are
+// never run there: their error budget is twice an unfused baseline's error, and the CPU target has
+// no baseline in those types (tests/cpu/test_cpu.cpp and test_mla.cpp check the CPU backend's half
+// types against the unfused computation's error instead).
 std::string cpu_skip(const BenchCase& c, bool sweep) {
-  if (c.mla && c.dtype() != DType::kFloat32) {
-    return std::string("the cpu target checks the MLA path in float32 only (no unfused cpu "
-                       "baseline for a ") +
-           to_string(c.dtype()) + " error budget); pass --dtype float32";
+  if (c.dtype() != DType::kFloat32) {
+    return std::string("the cpu target checks ") + (c.mla ? "the MLA path" : "the projection") +
+           " in float32 only (no unfused cpu baseline for a " + to_string(c.dtype()) +
+           " error budget); pass --dtype float32";
   }
   if (!sweep) return "";
-  if (c.dtype() != DType::kFloat32) {
-    return std::string("the cpu backend is float32 only; this preset is ") + to_string(c.dtype());
-  }
   if (c.flops() > kCpuSweepMaxFlops) {
     char buf[160];
     std::snprintf(buf, sizeof(buf),

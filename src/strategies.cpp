@@ -47,7 +47,7 @@ Status decode_tc_takes(const Problem& p, const Args& a) {
 }
 
 constexpr Row kRows[] = {
-    {Strategy::kCpuBlocked, Backend::kCpu, kFloat32Only, takes_always, cpu_blocked_preferred,
+    {Strategy::kCpuBlocked, Backend::kCpu, kAllTypes, takes_always, cpu_blocked_preferred,
      no_workspace, launch_cpu_blocked},
     {Strategy::kCudaGemm, Backend::kCuda, kAllTypes, cuda_gemm_supports, cuda_gemm_preferred,
      cuda_gemm_workspace_size, run_cuda_gemm},

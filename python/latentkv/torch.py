@@ -123,8 +123,9 @@ class LatentKVProjection(nn.Module):
     Parameters w_down (D, R), w_up_k (R, H*Dh), w_up_v (R, H*Dh), created in that order with
     randn(...) / sqrt(fan_in), as the reference does. forward(x) with x (B, S, D) returns
     (2, B, S, H, Dh): the fused latentkv op when autograd records nothing, else the unfused
-    reference math (latentkv has no backward yet); also the reference math for bf16 / fp16 on the
-    CPU, whose projection backend is float32 only.
+    reference math (latentkv has no backward yet); also the reference math for bf16 on the CPU,
+    where torch's own bf16 GEMMs (AVX512-BF16 / AMX where the CPU has them) beat cpu-blocked's
+    float32 FMAs on widened weights (docs/perf.md, cpu-blocked).
     """
 
     def __init__(self, model_dim, rank, num_heads, head_dim, *, device=None, dtype=None):
@@ -149,7 +150,7 @@ class LatentKVProjection(nn.Module):
         w_down, w_up_k, w_up_v = params["w_down"], params["w_up_k"], params["w_up_v"]
         if (_is_grad_enabled() and (x.requires_grad or w_down.requires_grad
                                     or w_up_k.requires_grad or w_up_v.requires_grad)) or (
-                x.dtype != torch.float32 and x.device.type == "cpu"):
+                x.dtype == torch.bfloat16 and x.device.type == "cpu"):
             return reference_kv_proj(x, w_down, w_up_k, w_up_v, self.num_heads)
         return _op(x, w_down, w_up_k, w_up_v, self.num_heads)
 

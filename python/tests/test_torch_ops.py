@@ -106,9 +106,6 @@ def refusals():
          "latent_out has dtype float16 but hidden has float32"),
         ("latent-strided", lambda h, wd, wk, wv: (h, wd, wk, wv, 2, latent((1, 8, 4)).transpose(1, 2)),
          ValueError, "latent_out: the last dimension must be contiguous"),
-        ("cpu-bfloat16", lambda h, wd, wk, wv: (*(t.bfloat16() for t in (h, wd, wk, wv)), 2,
-                                                latent(dtype=torch.bfloat16)),
-         ValueError, "unsupported: problem.dtype = bfloat16"),
     ]
 
 

@@ -1,4 +1,5 @@
-// The CPU float32 backend (Strategy::kCpuBlocked): the fused KV projection on host memory.
+// The CPU backend of the projection (Strategy::kCpuBlocked): the fused KV projection on host
+// memory, float32, bfloat16 and float16.
 //
 // Why this shape: the latent of a tile of tokens is small (24 tokens x 256 ranks = 24 KB), so it
 // stays on the stack, in L1/L2, between the down projection that makes it and the two up
@@ -14,10 +15,20 @@
 // size for any rank: a second R block adds its part to the K and V already written. Token tiles
 // are independent; a small persistent thread pool takes them when the problem is big enough to pay
 // for waking it.
+//
+// bf16 / fp16 (run_tile_half): the same micro-kernels read the weights in place, widening eight
+// elements at a time as they load them; a tile's hidden rows are widened one D block at a time; the
+// latent row is summed whole in float32 and rounded to the dtype once, as the unfused computation
+// holds it between its GEMMs (the CUDA strategies do the same), into a scratch of [T, R] floats the
+// caller's thread keeps (grown to the largest call, allocated before anything is written); K and V
+// are summed over all of R in float32 column panels and each element rounded once into out.
 #include <algorithm>
 #include <cstring>
+#include <new>
+#include <vector>
 
 #include "backends.h"
+#include "cpu/elements.h"
 #include "cpu/thread_pool.h"
 #include "cuda/tile_sizes.h"
 #include "heuristics.h"
@@ -35,6 +46,7 @@ constexpr int kRows = tiles::kCpuRows;
 constexpr int kTileTokens = tiles::kCpuTileTokens;
 constexpr int64_t kDBlock = tiles::kCpuDBlock;
 constexpr int64_t kRBlock = tiles::kCpuRBlock;
+constexpr int64_t kUpPanel = tiles::kCpuUpPanel;
 constexpr double kFmasPerThread = kCpuFmasPerThread;  // heuristics.h
 
 // Vec8s per row of the register tile for `rows` rows (1..kRows).
@@ -90,10 +102,24 @@ inline Vec8 load8(const float* p) {
 }
 inline void store8(float* p, Vec8 v) { std::memcpy(p, &v, sizeof v); }
 
+// The weights' element types: float32, and bf16 / fp16 bit patterns (distinct types, so that the
+// micro-kernels below are instantiated once per dtype), read as float32.
+struct Bf16 {
+  uint16_t bits;
+};
+struct Fp16 {
+  uint16_t bits;
+};
+inline Vec8 load8(const Bf16* p) { return (Vec8)load8_bf16(&p->bits); }
+inline Vec8 load8(const Fp16* p) { return (Vec8)load8_fp16(&p->bits); }
+inline float value_of(float x) { return x; }
+inline float value_of(Bf16 x) { return bf16_to_float(x.bits); }
+inline float value_of(Fp16 x) { return fp16_to_float(x.bits); }
+
 // tile[i][j] += sum_k a[i][a_col + k] * w[k * ldw + j] for i < kR, j < 8 * kV: per k, kV loads of
 // w, kR broadcasts and kR * kV FMAs on accumulators that stay in registers.
-template <int kR, int kV>
-inline void fma_tile(const float* const* a, int64_t a_col, int64_t k_len, const float* w,
+template <typename W, int kR, int kV>
+inline void fma_tile(const float* const* a, int64_t a_col, int64_t k_len, const W* w,
                      int64_t ldw, float (&tile)[kR][8 * kV]) {
   Vec8 acc[kR][kV];
   for (int i = 0; i < kR; ++i) {
@@ -114,22 +140,22 @@ inline void fma_tile(const float* const* a, int64_t a_col, int64_t k_len, const 
 
 // The same for the last cols < 8 * kV columns of a row: a runtime width, vectorized by g++ where it
 // can, accumulating in memory. Only the tail of each product takes it.
-template <int kR, int kV>
-inline void fma_tile_tail(const float* const* a, int64_t a_col, int64_t k_len, const float* w,
+template <typename W, int kR, int kV>
+inline void fma_tile_tail(const float* const* a, int64_t a_col, int64_t k_len, const W* w,
                           int64_t ldw, int cols, float (&tile)[kR][8 * kV]) {
   for (int64_t k = 0; k < k_len; ++k) {
-    const float* wk = w + k * ldw;
+    const W* wk = w + k * ldw;
     for (int i = 0; i < kR; ++i) {
       const float x = a[i][a_col + k];
-      for (int j = 0; j < cols; ++j) tile[i][j] += x * wk[j];
+      for (int j = 0; j < cols; ++j) tile[i][j] += x * value_of(wk[j]);
     }
   }
 }
 
 // c[i0 : i0 + kR, n0 : n0 + 8 * kV] (+)= a[i0 : i0 + kR, a_col : a_col + k_len] @ w[0:k_len, same
 // columns], kV = vecs_for_rows(kR), clipped at column n.
-template <int kR>
-void register_tile(const float* const* a, int64_t a_col, int i0, int64_t k_len, const float* w,
+template <typename W, int kR>
+void register_tile(const float* const* a, int64_t a_col, int i0, int64_t k_len, const W* w,
                    int64_t ldw, int64_t n0, int64_t n, const OutRows& c, bool accumulate) {
   constexpr int kV = vecs_for_rows(kR);
   constexpr int kCols = 8 * kV;
@@ -139,23 +165,23 @@ void register_tile(const float* const* a, int64_t a_col, int i0, int64_t k_len, 
     if (accumulate) {
       for (int i = 0; i < kR; ++i) move_columns<false, kCols>(c, i0 + i, n0, tile[i], cols);
     }
-    fma_tile<kR, kV>(a + i0, a_col, k_len, w + n0, ldw, tile);
+    fma_tile<W, kR, kV>(a + i0, a_col, k_len, w + n0, ldw, tile);
     for (int i = 0; i < kR; ++i) move_columns<true, kCols>(c, i0 + i, n0, tile[i], cols);
   } else {
     if (accumulate) {
       for (int i = 0; i < kR; ++i) move_columns<false, 0>(c, i0 + i, n0, tile[i], cols);
     }
-    fma_tile_tail<kR, kV>(a + i0, a_col, k_len, w + n0, ldw, cols, tile);
+    fma_tile_tail<W, kR, kV>(a + i0, a_col, k_len, w + n0, ldw, cols, tile);
     for (int i = 0; i < kR; ++i) move_columns<true, 0>(c, i0 + i, n0, tile[i], cols);
   }
 }
 
 // Rows [i0, i0 + kR) of the product below, column tile by column tile.
-template <int kR>
-void gemm_rows(const float* const* a, int64_t a_col, int i0, int64_t k_len, const float* w,
+template <typename W, int kR>
+void gemm_rows(const float* const* a, int64_t a_col, int i0, int64_t k_len, const W* w,
                int64_t ldw, int64_t n, const OutRows& c, bool accumulate) {
   for (int64_t n0 = 0; n0 < n; n0 += 8 * vecs_for_rows(kR)) {
-    register_tile<kR>(a, a_col, i0, k_len, w, ldw, n0, n, c, accumulate);
+    register_tile<W, kR>(a, a_col, i0, k_len, w, ldw, n0, n, c, accumulate);
   }
 }
 
@@ -163,22 +189,23 @@ void gemm_rows(const float* const* a, int64_t a_col, int i0, int64_t k_len, cons
 // The whole kRows groups run inside each column panel, so a panel of w comes from memory once per
 // token tile and from cache for the other groups (streaming w per group instead made the
 // weight-bound deepseek-v3 case 2x slower); the rows left over take one narrower tile after.
-void gemm_tile(const float* const* a, int64_t a_col, int rows, int64_t k_len, const float* w,
+template <typename W>
+void gemm_tile(const float* const* a, int64_t a_col, int rows, int64_t k_len, const W* w,
                int64_t ldw, int64_t n, const OutRows& c, bool accumulate) {
   const int whole = rows / kRows * kRows;
   if (whole > 0) {
     for (int64_t n0 = 0; n0 < n; n0 += 8 * vecs_for_rows(kRows)) {
       for (int i0 = 0; i0 < whole; i0 += kRows) {
-        register_tile<kRows>(a, a_col, i0, k_len, w, ldw, n0, n, c, accumulate);
+        register_tile<W, kRows>(a, a_col, i0, k_len, w, ldw, n0, n, c, accumulate);
       }
     }
   }
   switch (rows - whole) {
-    case 1: gemm_rows<1>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
-    case 2: gemm_rows<2>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
-    case 3: gemm_rows<3>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
-    case 4: gemm_rows<4>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
-    case 5: gemm_rows<5>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
+    case 1: gemm_rows<W, 1>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
+    case 2: gemm_rows<W, 2>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
+    case 3: gemm_rows<W, 3>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
+    case 4: gemm_rows<W, 4>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
+    case 5: gemm_rows<W, 5>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
     default: break;
   }
   static_assert(kRows == 6, "the switch above covers 1..kRows-1 leftover rows");
@@ -229,23 +256,110 @@ void run_tile(const Problem& p, const Args& a, int64_t t0, int rows) {
   }
 }
 
+// Tokens [t0, t0 + rows) of a bf16 / fp16 call (header): latent holds the tile's [rows, R] floats.
+template <typename W>
+void run_tile_half(const Problem& p, const Args& a, int64_t t0, int rows, float* latent) {
+  const auto* hidden = static_cast<const uint16_t*>(a.hidden);  // [B, S, D]
+  const W* w_down = static_cast<const W*>(a.w_down);             // [D, R]
+  const W* w_up[2] = {static_cast<const W*>(a.w_up_k), static_cast<const W*>(a.w_up_v)};  // [R, N]
+  const int64_t w_up_ld[2] = {a.w_up_k_stride_row, a.w_up_v_stride_row};
+  const int64_t rank = p.rank, n = p.kv_width();
+
+  alignas(64) float hidden_block[kTileTokens * kDBlock];  // [rows, kDBlock] as float32
+  alignas(64) float panel[kTileTokens * kUpPanel];        // [rows, kUpPanel]: K or V columns
+  const uint16_t* hidden_rows[kTileTokens];
+  const float* block_rows[kTileTokens];
+  const float* latent_in[kTileTokens];
+  int64_t out_row[kTileTokens];  // element offset of token i's K row in out
+  OutRows latent_out{{}, rank, rank};
+  OutRows panel_out{{}, kUpPanel, kUpPanel};
+  for (int i = 0; i < rows; ++i) {
+    const int64_t t = t0 + i;
+    const int64_t b = t / p.seq, s = t % p.seq;
+    hidden_rows[i] = hidden + b * a.hidden_stride_batch + s * a.hidden_stride_seq;
+    block_rows[i] = hidden_block + i * kDBlock;
+    latent_out.row[i] = latent + i * rank;
+    latent_in[i] = latent_out.row[i];
+    panel_out.row[i] = panel + i * kUpPanel;
+    out_row[i] = b * a.out_stride_batch + s * a.out_stride_seq;
+  }
+
+  for (int64_t d0 = 0; d0 < p.model_dim; d0 += kDBlock) {
+    const int64_t db = std::min(kDBlock, p.model_dim - d0);
+    for (int i = 0; i < rows; ++i) {
+      to_float(hidden_rows[i] + d0, p.dtype, db, hidden_block + i * kDBlock);
+    }
+    gemm_tile(block_rows, 0, rows, db, w_down + d0 * a.w_down_stride_row, a.w_down_stride_row,
+              rank, latent_out, d0 > 0);
+  }
+  for (int i = 0; i < rows; ++i) {
+    float* row = latent_out.row[i];
+    for (int64_t r = 0; r < rank; ++r) row[r] = round_to(row[r], p.dtype);
+    if (a.latent != nullptr) {
+      const int64_t t = t0 + i;
+      store_elements(a.latent, t / p.seq * a.latent_stride_batch + t % p.seq * a.latent_stride_seq,
+                     p.dtype, row, rank);
+    }
+  }
+
+  for (int kv = 0; kv < 2; ++kv) {
+    for (int64_t n0 = 0; n0 < n; n0 += kUpPanel) {
+      const int64_t nb = std::min(kUpPanel, n - n0);
+      gemm_tile(latent_in, 0, rows, rank, w_up[kv] + n0, w_up_ld[kv], nb, panel_out, false);
+      for (int i = 0; i < rows; ++i) {
+        // Columns [n0, n0 + nb) of token i's K or V row, head by head.
+        for (int64_t c = n0; c < n0 + nb;) {
+          const int64_t h = c / p.head_dim, e = c % p.head_dim;
+          const int64_t len = std::min(p.head_dim - e, n0 + nb - c);
+          store_elements(a.out, out_row[i] + kv * a.out_stride_kv + h * a.out_stride_head + e,
+                         p.dtype, panel_out.row[i] + (c - n0), len);
+          c += len;
+        }
+      }
+    }
+  }
+}
+
 struct TileWork {
   const Problem* problem;
   const Args* args;
   int64_t tile_tokens;
+  float* latent;  // bf16 / fp16: [T, R] float32 scratch
 };
 
 void run_tile_item(const void* ctx, int64_t item) {
   const TileWork& w = *static_cast<const TileWork*>(ctx);
+  const Problem& p = *w.problem;
   const int64_t t0 = item * w.tile_tokens;
-  run_tile(*w.problem, *w.args, t0,
-           static_cast<int>(std::min(w.tile_tokens, w.problem->tokens() - t0)));
+  const int rows = static_cast<int>(std::min(w.tile_tokens, p.tokens() - t0));
+  switch (p.dtype) {
+    case DType::kFloat32: run_tile(p, *w.args, t0, rows); break;
+    case DType::kBFloat16:
+      run_tile_half<Bf16>(p, *w.args, t0, rows, w.latent + t0 * p.rank);
+      break;
+    case DType::kFloat16:
+      run_tile_half<Fp16>(p, *w.args, t0, rows, w.latent + t0 * p.rank);
+      break;
+  }
 }
 
 }  // namespace
 
 Status run_cpu_blocked(const Problem& problem, const Args& args) {
   const int64_t t = problem.tokens();
+  float* latent = nullptr;
+  if (problem.dtype != DType::kFloat32) {
+    thread_local std::vector<float> scratch;  // grown to the largest call, kept
+    try {
+      const auto floats = static_cast<size_t>(t * problem.rank);
+      if (scratch.size() < floats) scratch.resize(floats);
+    } catch (const std::bad_alloc&) {
+      return {StatusCode::kUnsupported,
+              "cpu-blocked could not allocate its [T, R] float32 latent scratch for " +
+                  problem.to_string()};
+    }
+    latent = scratch.data();
+  }
   const double fmas =
       static_cast<double>(t) * (static_cast<double>(problem.model_dim) * problem.rank +
                                 2.0 * static_cast<double>(problem.rank) * problem.kv_width());
@@ -258,7 +372,7 @@ Status run_cpu_blocked(const Problem& problem, const Args& args) {
   const int64_t per_thread = (t + threads - 1) / threads;
   const int64_t tile_tokens =
       std::clamp<int64_t>((per_thread + kRows - 1) / kRows * kRows, kRows, kTileTokens);
-  const TileWork work{&problem, &args, tile_tokens};
+  const TileWork work{&problem, &args, tile_tokens, latent};
   parallel_items((t + tile_tokens - 1) / tile_tokens, threads, run_tile_item, &work);
   return Status::Ok();
 }

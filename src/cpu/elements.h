@@ -73,6 +73,15 @@ inline float round_to(float value, DType dtype) {
                                    : fp16_to_float(float_to_fp16(value));
 }
 
+// Eight bf16 / fp16 values as float32 lanes.
+inline __m256 load8_bf16(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline __m256 load8_fp16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 // dst[0:n] = src[0:n] (dtype) as float32, eight at a time.
 inline void to_float(const void* src, DType dtype, int64_t n, float* dst) {
   if (dtype == DType::kFloat32) {
@@ -82,17 +91,10 @@ inline void to_float(const void* src, DType dtype, int64_t n, float* dst) {
   const uint16_t* s = static_cast<const uint16_t*>(src);
   int64_t i = 0;
   if (dtype == DType::kBFloat16) {
-    for (; i + 8 <= n; i += 8) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-      const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
-      _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(w));
-    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8_bf16(s + i));
     for (; i < n; ++i) dst[i] = bf16_to_float(s[i]);
   } else {
-    for (; i + 8 <= n; i += 8) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8_fp16(s + i));
     for (; i < n; ++i) dst[i] = fp16_to_float(s[i]);
   }
 }

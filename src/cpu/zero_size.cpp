@@ -1,37 +1,40 @@
-// A problem with a zero dimension on the CPU (float32): what the unfused matmuls give. An empty
+// A problem with a zero dimension on the CPU (every dtype): what the unfused matmuls give. An empty
 // sum is 0, so out is zeros where R or D is 0 and the latent zeros where D is 0; where only
-// N = H * Dh is 0 the latent is still hidden @ w_down; where T is 0 there is nothing to write.
-// Rare and small-or-empty by construction, so plain loops.
+// N = H * Dh is 0 the latent is still hidden @ w_down (summed in double, then rounded to the
+// dtype); where T is 0 there is nothing to write. Rare and small-or-empty by construction, so
+// plain loops over elements (cpu/elements.h).
 #include <cstdint>
 
 #include "backends.h"
+#include "cpu/elements.h"
 
 namespace latentkv::detail {
 
 Status run_cpu_zero_size(const Problem& p, const Args& a) {
   const int64_t tokens = p.tokens(), n = p.kv_width();
-  const float* hidden = static_cast<const float*>(a.hidden);  // [B, S, D]
-  const float* w_down = static_cast<const float*>(a.w_down);  // [D, R]
-  float* out = static_cast<float*>(a.out);                    // [2, B, S, H, Dh]
-  float* latent = static_cast<float*>(a.latent);              // [B, S, R] or null
+  const DType dt = p.dtype;
+  // Element offsets: hidden [B, S, D], w_down [D, R], out [2, B, S, H, Dh], latent [B, S, R].
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t b = t / p.seq, s = t % p.seq;
-    if (latent != nullptr) {
-      float* row = latent + b * a.latent_stride_batch + s * a.latent_stride_seq;
-      const float* x = hidden + b * a.hidden_stride_batch + s * a.hidden_stride_seq;
+    if (a.latent != nullptr) {
+      const int64_t row = b * a.latent_stride_batch + s * a.latent_stride_seq;
+      const int64_t x = b * a.hidden_stride_batch + s * a.hidden_stride_seq;
       for (int64_t r = 0; r < p.rank; ++r) {
         double sum = 0.0;
         for (int64_t d = 0; d < p.model_dim; ++d) {
-          sum += double{x[d]} * w_down[d * a.w_down_stride_row + r];
+          sum += double{load_element(a.hidden, x + d, dt)} *
+                 load_element(a.w_down, d * a.w_down_stride_row + r, dt);
         }
-        row[r] = static_cast<float>(sum);
+        store_element(a.latent, row + r, dt, static_cast<float>(sum));
       }
     }
     if (n == 0) continue;
     for (int64_t kv = 0; kv < 2; ++kv) {
-      float* row = out + kv * a.out_stride_kv + b * a.out_stride_batch + s * a.out_stride_seq;
+      const int64_t row = kv * a.out_stride_kv + b * a.out_stride_batch + s * a.out_stride_seq;
       for (int64_t h = 0; h < p.heads; ++h) {
-        for (int64_t e = 0; e < p.head_dim; ++e) row[h * a.out_stride_head + e] = 0.f;
+        for (int64_t e = 0; e < p.head_dim; ++e) {
+          store_element(a.out, row + h * a.out_stride_head + e, dt, 0.f);
+        }
       }
     }
   }

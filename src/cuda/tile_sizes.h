@@ -118,7 +118,7 @@ constexpr int kDecodeTcVectorWidth = 8;
 constexpr int kMlaDecodeTokenTile = 16;     // the MMA's M: tokens per tile
 constexpr int kMlaDecodeMaxTokenTiles = 4;  // 1, 2 or 4 tiles per call (3 run as 4): T <= 64
 
-// ---- cpu-blocked (cpu/cpu_blocked.cpp): the float32 CPU backend ----
+// ---- cpu-blocked (cpu/cpu_blocked.cpp): the projection's CPU backend ----
 // Register tile: 6 tokens x 16 columns = 12 ymm accumulators (+2 loads, 1 broadcast of 16).
 constexpr int kCpuRows = 6;
 constexpr int kCpuRegisterCols = 16;
@@ -128,6 +128,9 @@ constexpr int kCpuTileTokens = 24;
 constexpr int kCpuDBlock = 256;
 // Latent columns per pass: the stack tile is 24 x 256 floats (24 KB).
 constexpr int kCpuRBlock = 256;
+// bf16 / fp16: K and V columns per float32 panel (24 x 256 floats on the stack, 24 KB), each
+// summed over all of R before it is rounded.
+constexpr int kCpuUpPanel = 256;
 
 static_assert(kCpuTileTokens % kCpuRows == 0, "a token tile is a whole number of register tiles");
 static_assert(kDecodeStreamMaxTokens % kDecodeStreamMaxGroup == 0, "token groups split the limit");

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -74,6 +75,35 @@ float round_to_dtype(float value, DType dtype) {
   constexpr float kMax = 65504.0f;
   return std::fabs(rounded) > kMax ? std::copysign(std::numeric_limits<float>::infinity(), value)
                                    : rounded;
+}
+
+Tolerances unfused_tolerances(const Problem& p, const HostInputs& in,
+                              const std::vector<double>& out_ref,
+                              const std::vector<double>& latent_ref) {
+  Tolerances t;
+  if (p.dtype == DType::kFloat32) return t;
+  const auto error_of = [](const std::vector<double>& got, const std::vector<double>& ref) {
+    const std::vector<float> as_float(got.begin(), got.end());
+    return relative_error(as_float.data(), ref);
+  };
+  std::vector<double> latent = latent_ref;
+  for (double& x : latent) x = round_to_dtype(static_cast<float>(x), p.dtype);
+  const int64_t t_count = p.tokens(), r_count = p.rank, n = p.kv_width();
+  std::vector<double> out(static_cast<size_t>(2 * t_count * n), 0.0);  // [2, T, N]
+  for (int half = 0; half < 2; ++half) {
+    const std::vector<float>& w = half == 0 ? in.w_up_k : in.w_up_v;
+    for (int64_t tok = 0; tok < t_count; ++tok) {
+      double* row = out.data() + (half * t_count + tok) * n;
+      for (int64_t r = 0; r < r_count; ++r) {
+        const double l = latent[tok * r_count + r];
+        for (int64_t j = 0; j < n; ++j) row[j] += l * w[r * n + j];
+      }
+      for (int64_t j = 0; j < n; ++j) row[j] = round_to_dtype(static_cast<float>(row[j]), p.dtype);
+    }
+  }
+  t.out = std::max(2.0 * error_of(out, out_ref), kFloat32Tolerance);
+  t.latent = std::max(2.0 * error_of(latent, latent_ref), kFloat32Tolerance);
+  return t;
 }
 
 std::vector<unsigned char> to_bytes(const std::vector<float>& values, DType dtype) {

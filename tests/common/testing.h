@@ -46,6 +46,19 @@ double relative_error(const float* got, const std::vector<double>& ref);
 // float64 (accumulation over D and R terms in fp32 lands near 1e-7..1e-6 for these sizes).
 constexpr double kFloat32Tolerance = 1e-5;
 
+// Tolerances of a problem's out and latent against the float64 reference (reference_kv_proj's
+// out_ref and latent_ref): float32 kFloat32Tolerance; bf16 / fp16 2x the error of the unfused
+// computation in that dtype (the latent and each output rounded to it, sums exact: what eager
+// PyTorch does) against the same reference, and at least kFloat32Tolerance (tiny shapes whose
+// unfused result happens to round exactly).
+struct Tolerances {
+  double out = kFloat32Tolerance;
+  double latent = kFloat32Tolerance;
+};
+Tolerances unfused_tolerances(const Problem& problem, const HostInputs& in,
+                              const std::vector<double>& out_ref,
+                              const std::vector<double>& latent_ref);
+
 // The shape as an identifier, "B4_S96_D256_R48_H4_Dh32" (test names).
 std::string problem_id(const Problem& problem);
 

@@ -85,6 +85,73 @@ TEST(CpuPresets, MatchFloat64) {
   }
 }
 
+// bf16 / fp16 (cpu-blocked reads the weights in place, widening them): inputs rounded to the dtype,
+// buffers in its bytes, outputs and padding poisoned with NaN; out and latent within 2x the error
+// of the unfused computation in that dtype against the float64 reference (unfused_tolerances).
+void expect_half_matches_reference(Problem p, DType dtype, const Args& strides, bool with_latent) {
+  p.dtype = dtype;
+  SCOPED_TRACE(p.to_string() + (with_latent ? " with latent" : " without latent"));
+  const HostInputs in = random_inputs(p, kSeed);
+  std::vector<double> ref_out, ref_latent;
+  reference_kv_proj(p, in, &ref_out, &ref_latent);
+  const Tolerances tol = unfused_tolerances(p, in, ref_out, ref_latent);
+  const StridedBuffers call = strided_buffers(p, in, strides, with_latent);
+  std::vector<unsigned char> hidden = to_bytes(call.hidden, dtype);
+  std::vector<unsigned char> w_down = to_bytes(call.w_down, dtype);
+  std::vector<unsigned char> w_up_k = to_bytes(call.w_up_k, dtype);
+  std::vector<unsigned char> w_up_v = to_bytes(call.w_up_v, dtype);
+  std::vector<unsigned char> out = to_bytes(call.out, dtype);
+  std::vector<unsigned char> latent = to_bytes(call.latent, dtype);
+  Args a = call.args;
+  a.hidden = hidden.data();
+  a.w_down = w_down.data();
+  a.w_up_k = w_up_k.data();
+  a.w_up_v = w_up_v.data();
+  a.out = out.data();
+  a.latent = with_latent ? latent.data() : nullptr;
+  const Status s = run(p, a, cpu_options());
+  ASSERT_TRUE(s.ok()) << s.message();
+  const std::vector<float> got_out = from_bytes(out, dtype);
+  EXPECT_LE(relative_error(gather(got_out.data(), call.out_offsets).data(), ref_out), tol.out);
+  EXPECT_EQ(count_not_nan(got_out), static_cast<int64_t>(call.out_offsets.size()))
+      << "out padding was written";
+  if (with_latent) {
+    const std::vector<float> got_latent = from_bytes(latent, dtype);
+    EXPECT_LE(relative_error(gather(got_latent.data(), call.latent_offsets).data(), ref_latent),
+              tol.latent);
+    EXPECT_EQ(count_not_nan(got_latent), static_cast<int64_t>(call.latent_offsets.size()))
+        << "latent padding was written";
+  }
+}
+
+class CpuHalfShapes : public ::testing::TestWithParam<Problem> {};
+
+TEST_P(CpuHalfShapes, MatchesFloat64) {
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (int64_t pad : {int64_t{0}, kPad}) {
+      for (bool with_latent : {false, true}) {
+        SCOPED_TRACE(std::string(to_string(dtype)) + ", pad " + std::to_string(pad));
+        expect_half_matches_reference(GetParam(), dtype, padded_args(GetParam(), pad), with_latent);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Edge, CpuHalfShapes,
+                         ::testing::ValuesIn(problems(edge_cases(), kCpuCheap)), shape_name);
+INSTANTIATE_TEST_SUITE_P(Decode, CpuHalfShapes,
+                         ::testing::ValuesIn(problems(decode_cases(), kCpuCheap)), shape_name);
+
+// Every preset in both half types, packed, with the latent.
+TEST(CpuHalfPresets, MatchFloat64) {
+  for (const NamedCase& c : preset_cases()) {
+    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+      SCOPED_TRACE(c.name + " " + to_string(dtype));
+      expect_half_matches_reference(c.problem, dtype, padded_args(c.problem, 0), true);
+    }
+  }
+}
+
 // A dimension of extent 1 may carry any non-negative stride, 0 included.
 TEST(CpuStrides, ExtentOneDimensionsTakeAnyStride) {
   Problem p;

@@ -272,8 +272,8 @@ TEST(StrategyTable, OneRowPerStrategyAndDtypeFamily) {
                         Strategy::kCudaDecode}) {
       int rows = 0;
       for (const auto& row : table) rows += row.id == id && (row.dtypes & detail::dtype_bit(dtype));
-      const bool expected = dtype == DType::kFloat32 || id == Strategy::kCudaGemm ||
-                            id == Strategy::kCudaDecode;
+      const bool expected = dtype == DType::kFloat32 || id == Strategy::kCpuBlocked ||
+                            id == Strategy::kCudaGemm || id == Strategy::kCudaDecode;
       EXPECT_EQ(rows, expected ? 1 : 0) << to_string(id) << " " << to_string(dtype);
     }
   }

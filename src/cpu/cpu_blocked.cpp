@@ -14,7 +14,8 @@
 // tile streams stays in cache) and the latent over R (kRBlock), so the stack buffer has a fixed
 // size for any rank: a second R block adds its part to the K and V already written. Token tiles
 // are independent; a small persistent thread pool takes them when the problem is big enough to pay
-// for waking it.
+// for waking it. At a register tile's worth of tokens or fewer (decode) the pool splits the
+// weights' columns instead (run_split), so one token's call uses every core.
 //
 // bf16 / fp16 (run_tile_half): the same micro-kernels read the weights in place, widening eight
 // elements at a time as they load them; a tile's hidden rows are widened one D block at a time; the
@@ -47,6 +48,7 @@ constexpr int kTileTokens = tiles::kCpuTileTokens;
 constexpr int64_t kDBlock = tiles::kCpuDBlock;
 constexpr int64_t kRBlock = tiles::kCpuRBlock;
 constexpr int64_t kUpPanel = tiles::kCpuUpPanel;
+constexpr int64_t kSplitCols = tiles::kCpuSplitCols;
 constexpr double kFmasPerThread = kCpuFmasPerThread;  // heuristics.h
 
 // Vec8s per row of the register tile for `rows` rows (1..kRows).
@@ -343,29 +345,129 @@ void run_tile_item(const void* ctx, int64_t item) {
   }
 }
 
+// Few tokens (at most one register tile, T <= kRows) on more than one thread: token tiles cannot
+// spread, so the call runs in two phases over the weights' columns instead, each item all T tokens
+// x kSplitCols columns: the latent [T, R] (rounded to the dtype for bf16 / fp16; written to the
+// latent output when asked), then [K | V]. The sums run in the same order as run_tile's (k
+// ascending in one register lane), so the results are the same bits as one thread's.
+struct SplitWork {
+  const Problem* problem;
+  const Args* args;
+  const float* hidden_rows[kRows];  // float32 rows: hidden in place, or widened (bf16 / fp16)
+  float* latent;                    // [T, R] float32
+};
+
+template <typename W>
+void split_latent_item(const SplitWork& w, int64_t item) {
+  const Problem& p = *w.problem;
+  const Args& a = *w.args;
+  const int rows = static_cast<int>(p.tokens());
+  const int64_t r0 = item * kSplitCols, rb = std::min(kSplitCols, p.rank - r0);
+  OutRows cols{{}, p.rank, p.rank};
+  for (int i = 0; i < rows; ++i) cols.row[i] = w.latent + i * p.rank + r0;
+  gemm_tile(w.hidden_rows, 0, rows, p.model_dim, static_cast<const W*>(a.w_down) + r0,
+            a.w_down_stride_row, rb, cols, false);
+  for (int i = 0; i < rows; ++i) {
+    float* row = cols.row[i];
+    for (int64_t r = 0; r < rb; ++r) row[r] = round_to(row[r], p.dtype);
+    if (a.latent != nullptr) {
+      const int64_t at = i / p.seq * a.latent_stride_batch + i % p.seq * a.latent_stride_seq;
+      store_elements(a.latent, at + r0, p.dtype, row, rb);
+    }
+  }
+}
+
+template <typename W>
+void split_kv_item(const SplitWork& w, int64_t item) {
+  const Problem& p = *w.problem;
+  const Args& a = *w.args;
+  const int rows = static_cast<int>(p.tokens());
+  const int64_t n = p.kv_width(), blocks = (n + kSplitCols - 1) / kSplitCols;
+  const int kv = static_cast<int>(item / blocks);
+  const int64_t n0 = item % blocks * kSplitCols, nb = std::min(kSplitCols, n - n0);
+  const W* w_up = static_cast<const W*>(kv == 0 ? a.w_up_k : a.w_up_v);
+  const int64_t ld = kv == 0 ? a.w_up_k_stride_row : a.w_up_v_stride_row;
+  alignas(64) float panel[kRows * kSplitCols];  // [rows, kSplitCols]
+  const float* latent_rows[kRows] = {};
+  OutRows panel_out{{}, kSplitCols, kSplitCols};
+  for (int i = 0; i < rows; ++i) {
+    latent_rows[i] = w.latent + i * p.rank;
+    panel_out.row[i] = panel + i * kSplitCols;
+  }
+  gemm_tile(latent_rows, 0, rows, p.rank, w_up + n0, ld, nb, panel_out, false);
+  for (int i = 0; i < rows; ++i) {
+    const int64_t base = kv * a.out_stride_kv + i / p.seq * a.out_stride_batch +
+                         i % p.seq * a.out_stride_seq;
+    for (int64_t c = n0; c < n0 + nb;) {  // columns [n0, n0 + nb) of token i's row, head by head
+      const int64_t h = c / p.head_dim, e = c % p.head_dim;
+      const int64_t len = std::min(p.head_dim - e, n0 + nb - c);
+      store_elements(a.out, base + h * a.out_stride_head + e, p.dtype,
+                     panel + i * kSplitCols + (c - n0), len);
+      c += len;
+    }
+  }
+}
+
+template <typename W>
+void run_split(const SplitWork& work, int threads) {
+  const Problem& p = *work.problem;
+  parallel_for((p.rank + kSplitCols - 1) / kSplitCols, threads,
+               [&](int64_t item) { split_latent_item<W>(work, item); });
+  parallel_for(2 * ((p.kv_width() + kSplitCols - 1) / kSplitCols), threads,
+               [&](int64_t item) { split_kv_item<W>(work, item); });
+}
+
 }  // namespace
 
 Status run_cpu_blocked(const Problem& problem, const Args& args) {
   const int64_t t = problem.tokens();
-  float* latent = nullptr;
-  if (problem.dtype != DType::kFloat32) {
-    thread_local std::vector<float> scratch;  // grown to the largest call, kept
-    try {
-      const auto floats = static_cast<size_t>(t * problem.rank);
-      if (scratch.size() < floats) scratch.resize(floats);
-    } catch (const std::bad_alloc&) {
-      return {StatusCode::kUnsupported,
-              "cpu-blocked could not allocate its [T, R] float32 latent scratch for " +
-                  problem.to_string()};
-    }
-    latent = scratch.data();
-  }
   const double fmas =
       static_cast<double>(t) * (static_cast<double>(problem.model_dim) * problem.rank +
                                 2.0 * static_cast<double>(problem.rank) * problem.kv_width());
   int threads = 1;
-  if (fmas >= 2 * kFmasPerThread && t > kRows) {
+  if (fmas >= 2 * kFmasPerThread) {
     threads = static_cast<int>(std::min<double>(cpu_threads_available(), fmas / kFmasPerThread));
+  }
+  const bool split = t <= kRows && threads > 1;
+  const bool half = problem.dtype != DType::kFloat32;
+  // Scratch kept by the caller's thread (grown to the largest call): the latent [T, R] in float32
+  // for bf16 / fp16 or the split, and the split's widened hidden rows [T, D] for bf16 / fp16.
+  float* latent = nullptr;
+  float* widened = nullptr;
+  if (half || split) {
+    thread_local std::vector<float> scratch;
+    const int64_t latent_floats = t * problem.rank;
+    const int64_t hidden_floats = split && half ? t * problem.model_dim : 0;
+    try {
+      const auto floats = static_cast<size_t>(latent_floats + hidden_floats);
+      if (scratch.size() < floats) scratch.resize(floats);
+    } catch (const std::bad_alloc&) {
+      return {StatusCode::kUnsupported,
+              "cpu-blocked could not allocate its float32 scratch for " + problem.to_string()};
+    }
+    latent = scratch.data();
+    widened = scratch.data() + latent_floats;
+  }
+
+  if (split) {
+    SplitWork work{&problem, &args, {}, latent};
+    for (int i = 0; i < static_cast<int>(t); ++i) {
+      const int64_t x = i / problem.seq * args.hidden_stride_batch +
+                        i % problem.seq * args.hidden_stride_seq;
+      if (half) {
+        to_float(static_cast<const uint16_t*>(args.hidden) + x, problem.dtype, problem.model_dim,
+                 widened + i * problem.model_dim);
+        work.hidden_rows[i] = widened + i * problem.model_dim;
+      } else {
+        work.hidden_rows[i] = static_cast<const float*>(args.hidden) + x;
+      }
+    }
+    switch (problem.dtype) {
+      case DType::kFloat32: run_split<float>(work, threads); break;
+      case DType::kBFloat16: run_split<Bf16>(work, threads); break;
+      case DType::kFloat16: run_split<Fp16>(work, threads); break;
+    }
+    return Status::Ok();
   }
   // Full tiles, unless that leaves a thread without one: then smaller tiles, still whole register
   // tiles, so a short sequence is split across threads too.

@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "testing.h"
@@ -141,6 +142,22 @@ INSTANTIATE_TEST_SUITE_P(Edge, CpuHalfShapes,
                          ::testing::ValuesIn(problems(edge_cases(), kCpuCheap)), shape_name);
 INSTANTIATE_TEST_SUITE_P(Decode, CpuHalfShapes,
                          ::testing::ValuesIn(problems(decode_cases(), kCpuCheap)), shape_name);
+
+// At T <= 6 with >= 4e5 FMAs, cpu-blocked splits the weights' columns across the pool's threads
+// (on a machine with >= 2 cores; with one, the token tile runs): R = 200 leaves a partial 64-column
+// block, N = 300 has heads of 50 that cross the blocks, D = 1500 a tail of the 8-lane rows, and the
+// (B, S) pairs cover the token index split. Every dtype, padded strides, with the latent.
+TEST(CpuThreads, FewTokensSplitTheWeightColumns) {
+  const std::pair<int64_t, int64_t> batch_seq[] = {{1, 1}, {2, 1}, {1, 5}, {2, 3}, {3, 2}, {6, 1}};
+  for (const auto& [b, sq] : batch_seq) {
+    const Problem p = shape(b, sq, 1500, 200, 6, 50);
+    expect_matches_reference(p, padded_args(p, kPad), true);
+    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+      expect_half_matches_reference(p, dtype, padded_args(p, kPad), true);
+      expect_half_matches_reference(p, dtype, padded_args(p, 0), false);
+    }
+  }
+}
 
 // Every preset in both half types, packed, with the latent.
 TEST(CpuHalfPresets, MatchFloat64) {

@@ -20,7 +20,7 @@
 // bf16 / fp16 (run_tile_half): the same micro-kernels read the weights in place, widening eight
 // elements at a time as they load them; a tile's hidden rows are widened one D block at a time; the
 // latent row is summed whole in float32 and rounded to the dtype once, as the unfused computation
-// holds it between its GEMMs (the CUDA strategies do the same), into a scratch of [T, R] floats the
+// holds it between its GEMMs (cuda-gemm does the same), into a scratch of [T, R] floats the
 // caller's thread keeps (grown to the largest call, allocated before anything is written); K and V
 // are summed over all of R in float32 column panels and each element rounded once into out.
 #include <algorithm>

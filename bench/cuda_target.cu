@@ -13,8 +13,8 @@
 #include <algorithm>
 
 #include "baseline_cublas.h"
-#include "testing.h"
 #include "cuda_check.h"
+#include "testing.h"
 
 namespace latentkv::bench {
 namespace {

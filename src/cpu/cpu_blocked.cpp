@@ -31,6 +31,7 @@
 #include "backends.h"
 #include "cpu/elements.h"
 #include "cpu/thread_pool.h"
+#include "cuda/common.h"
 #include "cuda/tile_sizes.h"
 #include "heuristics.h"
 
@@ -258,32 +259,63 @@ void run_tile(const Problem& p, const Args& a, int64_t t0, int rows) {
   }
 }
 
+// Columns [r0, r0 + count) of the latent of tokens [t0, t0 + rows), summed in float32 (cols[i]
+// points at token i's column r0): rounded to the dtype (the unfused computation's latent; float32
+// unchanged) and, when asked, written to the latent output.
+void finish_latent(const Problem& p, const Args& a, int64_t t0, int rows, float* const* cols,
+                   int64_t r0, int64_t count) {
+  for (int i = 0; i < rows; ++i) {
+    float* row = cols[i];
+    for (int64_t r = 0; r < count; ++r) row[r] = round_to(row[r], p.dtype);
+    if (a.latent != nullptr) {
+      store_elements(a.latent,
+                     token_offset(t0 + i, p.seq, a.latent_stride_batch, a.latent_stride_seq) + r0,
+                     p.dtype, row, count);
+    }
+  }
+}
+
+// Columns [n0, n0 + count) (count <= panel.seg) of K (kv = 0) or V of tokens [t0, t0 + rows):
+// the latent rows times w_up's columns into the float32 panel, then each element rounded once
+// into out, head by head.
+template <typename W>
+void up_columns(const Problem& p, const Args& a, int64_t t0, int rows,
+                const float* const* latent_rows, int kv, int64_t n0, int64_t count,
+                const OutRows& panel) {
+  const W* w_up = static_cast<const W*>(kv == 0 ? a.w_up_k : a.w_up_v);  // [R, N]
+  const int64_t ld = kv == 0 ? a.w_up_k_stride_row : a.w_up_v_stride_row;
+  gemm_tile(latent_rows, 0, rows, p.rank, w_up + n0, ld, count, panel, false);
+  for (int i = 0; i < rows; ++i) {
+    const int64_t row = kv * a.out_stride_kv +
+                        token_offset(t0 + i, p.seq, a.out_stride_batch, a.out_stride_seq);
+    for (int64_t c = n0; c < n0 + count;) {
+      const int64_t h = c / p.head_dim, e = c % p.head_dim;
+      const int64_t len = std::min(p.head_dim - e, n0 + count - c);
+      store_elements(a.out, row + h * a.out_stride_head + e, p.dtype, panel.row[i] + (c - n0),
+                     len);
+      c += len;
+    }
+  }
+}
+
 // Tokens [t0, t0 + rows) of a bf16 / fp16 call (header): latent holds the tile's [rows, R] floats.
 template <typename W>
 void run_tile_half(const Problem& p, const Args& a, int64_t t0, int rows, float* latent) {
   const auto* hidden = static_cast<const uint16_t*>(a.hidden);  // [B, S, D]
   const W* w_down = static_cast<const W*>(a.w_down);             // [D, R]
-  const W* w_up[2] = {static_cast<const W*>(a.w_up_k), static_cast<const W*>(a.w_up_v)};  // [R, N]
-  const int64_t w_up_ld[2] = {a.w_up_k_stride_row, a.w_up_v_stride_row};
-  const int64_t rank = p.rank, n = p.kv_width();
 
   alignas(64) float hidden_block[kTileTokens * kDBlock];  // [rows, kDBlock] as float32
   alignas(64) float panel[kTileTokens * kUpPanel];        // [rows, kUpPanel]: K or V columns
   const uint16_t* hidden_rows[kTileTokens];
   const float* block_rows[kTileTokens];
-  const float* latent_in[kTileTokens];
-  int64_t out_row[kTileTokens];  // element offset of token i's K row in out
-  OutRows latent_out{{}, rank, rank};
+  OutRows latent_out{{}, p.rank, p.rank};
   OutRows panel_out{{}, kUpPanel, kUpPanel};
   for (int i = 0; i < rows; ++i) {
-    const int64_t t = t0 + i;
-    const int64_t b = t / p.seq, s = t % p.seq;
-    hidden_rows[i] = hidden + b * a.hidden_stride_batch + s * a.hidden_stride_seq;
+    hidden_rows[i] =
+        hidden + token_offset(t0 + i, p.seq, a.hidden_stride_batch, a.hidden_stride_seq);
     block_rows[i] = hidden_block + i * kDBlock;
-    latent_out.row[i] = latent + i * rank;
-    latent_in[i] = latent_out.row[i];
+    latent_out.row[i] = latent + i * p.rank;
     panel_out.row[i] = panel + i * kUpPanel;
-    out_row[i] = b * a.out_stride_batch + s * a.out_stride_seq;
   }
 
   for (int64_t d0 = 0; d0 < p.model_dim; d0 += kDBlock) {
@@ -292,32 +324,13 @@ void run_tile_half(const Problem& p, const Args& a, int64_t t0, int rows, float*
       to_float(hidden_rows[i] + d0, p.dtype, db, hidden_block + i * kDBlock);
     }
     gemm_tile(block_rows, 0, rows, db, w_down + d0 * a.w_down_stride_row, a.w_down_stride_row,
-              rank, latent_out, d0 > 0);
+              p.rank, latent_out, d0 > 0);
   }
-  for (int i = 0; i < rows; ++i) {
-    float* row = latent_out.row[i];
-    for (int64_t r = 0; r < rank; ++r) row[r] = round_to(row[r], p.dtype);
-    if (a.latent != nullptr) {
-      const int64_t t = t0 + i;
-      store_elements(a.latent, t / p.seq * a.latent_stride_batch + t % p.seq * a.latent_stride_seq,
-                     p.dtype, row, rank);
-    }
-  }
-
+  finish_latent(p, a, t0, rows, latent_out.row, 0, p.rank);
   for (int kv = 0; kv < 2; ++kv) {
-    for (int64_t n0 = 0; n0 < n; n0 += kUpPanel) {
-      const int64_t nb = std::min(kUpPanel, n - n0);
-      gemm_tile(latent_in, 0, rows, rank, w_up[kv] + n0, w_up_ld[kv], nb, panel_out, false);
-      for (int i = 0; i < rows; ++i) {
-        // Columns [n0, n0 + nb) of token i's K or V row, head by head.
-        for (int64_t c = n0; c < n0 + nb;) {
-          const int64_t h = c / p.head_dim, e = c % p.head_dim;
-          const int64_t len = std::min(p.head_dim - e, n0 + nb - c);
-          store_elements(a.out, out_row[i] + kv * a.out_stride_kv + h * a.out_stride_head + e,
-                         p.dtype, panel_out.row[i] + (c - n0), len);
-          c += len;
-        }
-      }
+    for (int64_t n0 = 0; n0 < p.kv_width(); n0 += kUpPanel) {
+      up_columns<W>(p, a, t0, rows, latent_out.row, kv, n0,
+                    std::min(kUpPanel, p.kv_width() - n0), panel_out);
     }
   }
 }
@@ -360,33 +373,21 @@ struct SplitWork {
 template <typename W>
 void split_latent_item(const SplitWork& w, int64_t item) {
   const Problem& p = *w.problem;
-  const Args& a = *w.args;
   const int rows = static_cast<int>(p.tokens());
-  const int64_t r0 = item * kSplitCols, rb = std::min(kSplitCols, p.rank - r0);
+  const int64_t r0 = item * kSplitCols, count = std::min(kSplitCols, p.rank - r0);
   OutRows cols{{}, p.rank, p.rank};
   for (int i = 0; i < rows; ++i) cols.row[i] = w.latent + i * p.rank + r0;
-  gemm_tile(w.hidden_rows, 0, rows, p.model_dim, static_cast<const W*>(a.w_down) + r0,
-            a.w_down_stride_row, rb, cols, false);
-  for (int i = 0; i < rows; ++i) {
-    float* row = cols.row[i];
-    for (int64_t r = 0; r < rb; ++r) row[r] = round_to(row[r], p.dtype);
-    if (a.latent != nullptr) {
-      const int64_t at = i / p.seq * a.latent_stride_batch + i % p.seq * a.latent_stride_seq;
-      store_elements(a.latent, at + r0, p.dtype, row, rb);
-    }
-  }
+  gemm_tile(w.hidden_rows, 0, rows, p.model_dim, static_cast<const W*>(w.args->w_down) + r0,
+            w.args->w_down_stride_row, count, cols, false);
+  finish_latent(p, *w.args, 0, rows, cols.row, r0, count);
 }
 
 template <typename W>
 void split_kv_item(const SplitWork& w, int64_t item) {
   const Problem& p = *w.problem;
-  const Args& a = *w.args;
   const int rows = static_cast<int>(p.tokens());
-  const int64_t n = p.kv_width(), blocks = (n + kSplitCols - 1) / kSplitCols;
-  const int kv = static_cast<int>(item / blocks);
-  const int64_t n0 = item % blocks * kSplitCols, nb = std::min(kSplitCols, n - n0);
-  const W* w_up = static_cast<const W*>(kv == 0 ? a.w_up_k : a.w_up_v);
-  const int64_t ld = kv == 0 ? a.w_up_k_stride_row : a.w_up_v_stride_row;
+  const int64_t blocks = ceil_div(p.kv_width(), kSplitCols);
+  const int64_t n0 = item % blocks * kSplitCols;
   alignas(64) float panel[kRows * kSplitCols];  // [rows, kSplitCols]
   const float* latent_rows[kRows] = {};
   OutRows panel_out{{}, kSplitCols, kSplitCols};
@@ -394,26 +395,16 @@ void split_kv_item(const SplitWork& w, int64_t item) {
     latent_rows[i] = w.latent + i * p.rank;
     panel_out.row[i] = panel + i * kSplitCols;
   }
-  gemm_tile(latent_rows, 0, rows, p.rank, w_up + n0, ld, nb, panel_out, false);
-  for (int i = 0; i < rows; ++i) {
-    const int64_t base = kv * a.out_stride_kv + i / p.seq * a.out_stride_batch +
-                         i % p.seq * a.out_stride_seq;
-    for (int64_t c = n0; c < n0 + nb;) {  // columns [n0, n0 + nb) of token i's row, head by head
-      const int64_t h = c / p.head_dim, e = c % p.head_dim;
-      const int64_t len = std::min(p.head_dim - e, n0 + nb - c);
-      store_elements(a.out, base + h * a.out_stride_head + e, p.dtype,
-                     panel + i * kSplitCols + (c - n0), len);
-      c += len;
-    }
-  }
+  up_columns<W>(p, *w.args, 0, rows, latent_rows, static_cast<int>(item / blocks), n0,
+                std::min(kSplitCols, p.kv_width() - n0), panel_out);
 }
 
 template <typename W>
 void run_split(const SplitWork& work, int threads) {
   const Problem& p = *work.problem;
-  parallel_for((p.rank + kSplitCols - 1) / kSplitCols, threads,
+  parallel_for(ceil_div(p.rank, kSplitCols), threads,
                [&](int64_t item) { split_latent_item<W>(work, item); });
-  parallel_for(2 * ((p.kv_width() + kSplitCols - 1) / kSplitCols), threads,
+  parallel_for(2 * ceil_div(p.kv_width(), kSplitCols), threads,
                [&](int64_t item) { split_kv_item<W>(work, item); });
 }
 
@@ -452,8 +443,8 @@ Status run_cpu_blocked(const Problem& problem, const Args& args) {
   if (split) {
     SplitWork work{&problem, &args, {}, latent};
     for (int i = 0; i < static_cast<int>(t); ++i) {
-      const int64_t x = i / problem.seq * args.hidden_stride_batch +
-                        i % problem.seq * args.hidden_stride_seq;
+      const int64_t x = token_offset(int64_t{i}, problem.seq, args.hidden_stride_batch,
+                                     args.hidden_stride_seq);
       if (half) {
         to_float(static_cast<const uint16_t*>(args.hidden) + x, problem.dtype, problem.model_dim,
                  widened + i * problem.model_dim);

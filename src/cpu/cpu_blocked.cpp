@@ -26,9 +26,11 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #include "backends.h"
+#include "cpu/bf16_dot.h"
 #include "cpu/elements.h"
 #include "cpu/thread_pool.h"
 #include "cuda/common.h"
@@ -50,6 +52,7 @@ constexpr int64_t kDBlock = tiles::kCpuDBlock;
 constexpr int64_t kRBlock = tiles::kCpuRBlock;
 constexpr int64_t kUpPanel = tiles::kCpuUpPanel;
 constexpr int64_t kSplitCols = tiles::kCpuSplitCols;
+constexpr int64_t kSplitKvCols = tiles::kCpuSplitKvCols;
 constexpr double kFmasPerThread = kCpuFmasPerThread;  // heuristics.h
 
 // Vec8s per row of the register tile for `rows` rows (1..kRows).
@@ -261,12 +264,13 @@ void run_tile(const Problem& p, const Args& a, int64_t t0, int rows) {
 
 // Columns [r0, r0 + count) of the latent of tokens [t0, t0 + rows), summed in float32 (cols[i]
 // points at token i's column r0): rounded to the dtype (the unfused computation's latent; float32
-// unchanged) and, when asked, written to the latent output.
+// unchanged), kept as bf16 bits too when bits is given (bits[i] at token i's column r0; exact, the
+// rounded values being bf16's), and, when asked, written to the latent output.
 void finish_latent(const Problem& p, const Args& a, int64_t t0, int rows, float* const* cols,
-                   int64_t r0, int64_t count) {
+                   int64_t r0, int64_t count, uint16_t* const* bits) {
   for (int i = 0; i < rows; ++i) {
     float* row = cols[i];
-    for (int64_t r = 0; r < count; ++r) row[r] = round_to(row[r], p.dtype);
+    round_row(row, count, p.dtype, bits != nullptr ? bits[i] : nullptr);
     if (a.latent != nullptr) {
       store_elements(a.latent,
                      token_offset(t0 + i, p.seq, a.latent_stride_batch, a.latent_stride_seq) + r0,
@@ -275,16 +279,32 @@ void finish_latent(const Problem& p, const Args& a, int64_t t0, int rows, float*
   }
 }
 
+// c[0:rows, 0:n] (+)= a[0:rows, 0:k_len] @ w[0:k_len, 0:n] for half-type weights: on the bf16
+// rows a_bits through AVX512-BF16 when they are given (bf16 only; c contiguous rows), else on the
+// float32 rows a_float through the widening micro-kernels.
+template <typename W>
+void half_product(const float* const* a_float, const uint16_t* const* a_bits, int rows,
+                  int64_t k_len, const W* w, int64_t ldw, int64_t n, const OutRows& c,
+                  bool accumulate) {
+  if constexpr (std::is_same_v<W, Bf16>) {
+    if (a_bits != nullptr) {
+      gemm_bf16_dot(a_bits, rows, k_len, &w->bits, ldw, n, c.row, accumulate);
+      return;
+    }
+  }
+  gemm_tile(a_float, 0, rows, k_len, w, ldw, n, c, accumulate);
+}
+
 // Columns [n0, n0 + count) (count <= panel.seg) of K (kv = 0) or V of tokens [t0, t0 + rows):
-// the latent rows times w_up's columns into the float32 panel, then each element rounded once
-// into out, head by head.
+// the latent rows (float32, or bf16 bits where given) times w_up's columns into the float32
+// panel, then each element rounded once into out, head by head.
 template <typename W>
 void up_columns(const Problem& p, const Args& a, int64_t t0, int rows,
-                const float* const* latent_rows, int kv, int64_t n0, int64_t count,
-                const OutRows& panel) {
+                const float* const* latent_rows, const uint16_t* const* latent_bits, int kv,
+                int64_t n0, int64_t count, const OutRows& panel) {
   const W* w_up = static_cast<const W*>(kv == 0 ? a.w_up_k : a.w_up_v);  // [R, N]
   const int64_t ld = kv == 0 ? a.w_up_k_stride_row : a.w_up_v_stride_row;
-  gemm_tile(latent_rows, 0, rows, p.rank, w_up + n0, ld, count, panel, false);
+  half_product(latent_rows, latent_bits, rows, p.rank, w_up + n0, ld, count, panel, false);
   for (int i = 0; i < rows; ++i) {
     const int64_t row = kv * a.out_stride_kv +
                         token_offset(t0 + i, p.seq, a.out_stride_batch, a.out_stride_seq);
@@ -298,22 +318,27 @@ void up_columns(const Problem& p, const Args& a, int64_t t0, int rows,
   }
 }
 
-// Tokens [t0, t0 + rows) of a bf16 / fp16 call (header): latent holds the tile's [rows, R] floats.
+// Tokens [t0, t0 + rows) of a bf16 / fp16 call (header): latent holds the tile's [rows, R] floats;
+// latent_bits, given on the AVX512-BF16 path only, its [rows, R] bf16 copy.
 template <typename W>
-void run_tile_half(const Problem& p, const Args& a, int64_t t0, int rows, float* latent) {
+void run_tile_half(const Problem& p, const Args& a, int64_t t0, int rows, float* latent,
+                   uint16_t* latent_bits) {
   const auto* hidden = static_cast<const uint16_t*>(a.hidden);  // [B, S, D]
   const W* w_down = static_cast<const W*>(a.w_down);             // [D, R]
 
   alignas(64) float hidden_block[kTileTokens * kDBlock];  // [rows, kDBlock] as float32
   alignas(64) float panel[kTileTokens * kUpPanel];        // [rows, kUpPanel]: K or V columns
   const uint16_t* hidden_rows[kTileTokens];
+  const uint16_t* block_bits[kTileTokens];  // the AVX512-BF16 path's D block: hidden in place
   const float* block_rows[kTileTokens];
+  uint16_t* bits_rows[kTileTokens];
   OutRows latent_out{{}, p.rank, p.rank};
   OutRows panel_out{{}, kUpPanel, kUpPanel};
   for (int i = 0; i < rows; ++i) {
     hidden_rows[i] =
         hidden + token_offset(t0 + i, p.seq, a.hidden_stride_batch, a.hidden_stride_seq);
     block_rows[i] = hidden_block + i * kDBlock;
+    bits_rows[i] = latent_bits != nullptr ? latent_bits + i * p.rank : nullptr;
     latent_out.row[i] = latent + i * p.rank;
     panel_out.row[i] = panel + i * kUpPanel;
   }
@@ -321,16 +346,22 @@ void run_tile_half(const Problem& p, const Args& a, int64_t t0, int rows, float*
   for (int64_t d0 = 0; d0 < p.model_dim; d0 += kDBlock) {
     const int64_t db = std::min(kDBlock, p.model_dim - d0);
     for (int i = 0; i < rows; ++i) {
-      to_float(hidden_rows[i] + d0, p.dtype, db, hidden_block + i * kDBlock);
+      if (latent_bits != nullptr) {
+        block_bits[i] = hidden_rows[i] + d0;
+      } else {
+        to_float(hidden_rows[i] + d0, p.dtype, db, hidden_block + i * kDBlock);
+      }
     }
-    gemm_tile(block_rows, 0, rows, db, w_down + d0 * a.w_down_stride_row, a.w_down_stride_row,
-              p.rank, latent_out, d0 > 0);
+    half_product(block_rows, latent_bits != nullptr ? block_bits : nullptr, rows, db,
+                 w_down + d0 * a.w_down_stride_row, a.w_down_stride_row, p.rank, latent_out,
+                 d0 > 0);
   }
-  finish_latent(p, a, t0, rows, latent_out.row, 0, p.rank);
+  finish_latent(p, a, t0, rows, latent_out.row, 0, p.rank,
+                latent_bits != nullptr ? bits_rows : nullptr);
   for (int kv = 0; kv < 2; ++kv) {
     for (int64_t n0 = 0; n0 < p.kv_width(); n0 += kUpPanel) {
-      up_columns<W>(p, a, t0, rows, latent_out.row, kv, n0,
-                    std::min(kUpPanel, p.kv_width() - n0), panel_out);
+      up_columns<W>(p, a, t0, rows, latent_out.row, latent_bits != nullptr ? bits_rows : nullptr,
+                    kv, n0, std::min(kUpPanel, p.kv_width() - n0), panel_out);
     }
   }
 }
@@ -339,7 +370,8 @@ struct TileWork {
   const Problem* problem;
   const Args* args;
   int64_t tile_tokens;
-  float* latent;  // bf16 / fp16: [T, R] float32 scratch
+  float* latent;          // bf16 / fp16: [T, R] float32 scratch
+  uint16_t* latent_bits;  // bf16 on AVX512-BF16: [T, R] bf16 scratch, else null
 };
 
 void run_tile_item(const void* ctx, int64_t item) {
@@ -350,24 +382,27 @@ void run_tile_item(const void* ctx, int64_t item) {
   switch (p.dtype) {
     case DType::kFloat32: run_tile(p, *w.args, t0, rows); break;
     case DType::kBFloat16:
-      run_tile_half<Bf16>(p, *w.args, t0, rows, w.latent + t0 * p.rank);
+      run_tile_half<Bf16>(p, *w.args, t0, rows, w.latent + t0 * p.rank,
+                          w.latent_bits != nullptr ? w.latent_bits + t0 * p.rank : nullptr);
       break;
     case DType::kFloat16:
-      run_tile_half<Fp16>(p, *w.args, t0, rows, w.latent + t0 * p.rank);
+      run_tile_half<Fp16>(p, *w.args, t0, rows, w.latent + t0 * p.rank, nullptr);
       break;
   }
 }
 
 // Few tokens (at most one register tile, T <= kRows) on more than one thread: token tiles cannot
 // spread, so the call runs in two phases over the weights' columns instead, each item all T tokens
-// x kSplitCols columns: the latent [T, R] (rounded to the dtype for bf16 / fp16; written to the
-// latent output when asked), then [K | V]. The sums run in the same order as run_tile's (k
+// x a block of columns: the latent [T, R] in kSplitCols blocks (rounded to the dtype for bf16 /
+// fp16; written to the latent output when asked), then [K | V] in kSplitKvCols blocks. The sums run in the same order as run_tile's (k
 // ascending in one register lane), so the results are the same bits as one thread's.
 struct SplitWork {
   const Problem* problem;
   const Args* args;
-  const float* hidden_rows[kRows];  // float32 rows: hidden in place, or widened (bf16 / fp16)
-  float* latent;                    // [T, R] float32
+  const float* hidden_rows[kRows];     // float32 rows: hidden in place, or widened (bf16 / fp16)
+  const uint16_t* hidden_bits[kRows];  // bf16 on AVX512-BF16: hidden in place (else unused)
+  float* latent;                       // [T, R] float32
+  uint16_t* latent_bits;               // bf16 on AVX512-BF16: [T, R] bf16, else null
 };
 
 template <typename W>
@@ -375,28 +410,42 @@ void split_latent_item(const SplitWork& w, int64_t item) {
   const Problem& p = *w.problem;
   const int rows = static_cast<int>(p.tokens());
   const int64_t r0 = item * kSplitCols, count = std::min(kSplitCols, p.rank - r0);
+  const bool dot = w.latent_bits != nullptr;
   OutRows cols{{}, p.rank, p.rank};
-  for (int i = 0; i < rows; ++i) cols.row[i] = w.latent + i * p.rank + r0;
-  gemm_tile(w.hidden_rows, 0, rows, p.model_dim, static_cast<const W*>(w.args->w_down) + r0,
-            w.args->w_down_stride_row, count, cols, false);
-  finish_latent(p, *w.args, 0, rows, cols.row, r0, count);
+  uint16_t* bits[kRows] = {};
+  for (int i = 0; i < rows; ++i) {
+    cols.row[i] = w.latent + i * p.rank + r0;
+    if (dot) bits[i] = w.latent_bits + i * p.rank + r0;
+  }
+  const W* w_down = static_cast<const W*>(w.args->w_down) + r0;
+  if constexpr (std::is_same_v<W, float>) {
+    gemm_tile(w.hidden_rows, 0, rows, p.model_dim, w_down, w.args->w_down_stride_row, count, cols,
+              false);
+  } else {
+    half_product(w.hidden_rows, dot ? w.hidden_bits : nullptr, rows, p.model_dim, w_down,
+                 w.args->w_down_stride_row, count, cols, false);
+  }
+  finish_latent(p, *w.args, 0, rows, cols.row, r0, count, dot ? bits : nullptr);
 }
 
 template <typename W>
 void split_kv_item(const SplitWork& w, int64_t item) {
   const Problem& p = *w.problem;
   const int rows = static_cast<int>(p.tokens());
-  const int64_t blocks = ceil_div(p.kv_width(), kSplitCols);
-  const int64_t n0 = item % blocks * kSplitCols;
-  alignas(64) float panel[kRows * kSplitCols];  // [rows, kSplitCols]
+  const int64_t blocks = ceil_div(p.kv_width(), kSplitKvCols);
+  const int64_t n0 = item % blocks * kSplitKvCols;
+  alignas(64) float panel[kRows * kSplitKvCols];  // [rows, kSplitKvCols]
   const float* latent_rows[kRows] = {};
-  OutRows panel_out{{}, kSplitCols, kSplitCols};
+  const uint16_t* bits_rows[kRows] = {};
+  OutRows panel_out{{}, kSplitKvCols, kSplitKvCols};
   for (int i = 0; i < rows; ++i) {
     latent_rows[i] = w.latent + i * p.rank;
-    panel_out.row[i] = panel + i * kSplitCols;
+    if (w.latent_bits != nullptr) bits_rows[i] = w.latent_bits + i * p.rank;
+    panel_out.row[i] = panel + i * kSplitKvCols;
   }
-  up_columns<W>(p, *w.args, 0, rows, latent_rows, static_cast<int>(item / blocks), n0,
-                std::min(kSplitCols, p.kv_width() - n0), panel_out);
+  up_columns<W>(p, *w.args, 0, rows, latent_rows, w.latent_bits != nullptr ? bits_rows : nullptr,
+                static_cast<int>(item / blocks), n0, std::min(kSplitKvCols, p.kv_width() - n0),
+                panel_out);
 }
 
 template <typename W>
@@ -404,7 +453,7 @@ void run_split(const SplitWork& work, int threads) {
   const Problem& p = *work.problem;
   parallel_for(ceil_div(p.rank, kSplitCols), threads,
                [&](int64_t item) { split_latent_item<W>(work, item); });
-  parallel_for(2 * ceil_div(p.kv_width(), kSplitCols), threads,
+  parallel_for(2 * ceil_div(p.kv_width(), kSplitKvCols), threads,
                [&](int64_t item) { split_kv_item<W>(work, item); });
 }
 
@@ -421,31 +470,40 @@ Status run_cpu_blocked(const Problem& problem, const Args& args) {
   }
   const bool split = t <= kRows && threads > 1;
   const bool half = problem.dtype != DType::kFloat32;
+  const bool dot = problem.dtype == DType::kBFloat16 && bf16_dot_enabled();
   // Scratch kept by the caller's thread (grown to the largest call): the latent [T, R] in float32
-  // for bf16 / fp16 or the split, and the split's widened hidden rows [T, D] for bf16 / fp16.
+  // for bf16 / fp16 or the split; its bf16 copy [T, R] on the AVX512-BF16 path, else the split's
+  // widened hidden rows [T, D] for bf16 / fp16.
   float* latent = nullptr;
   float* widened = nullptr;
+  uint16_t* latent_bits = nullptr;
   if (half || split) {
     thread_local std::vector<float> scratch;
+    thread_local std::vector<uint16_t> scratch_bits;
     const int64_t latent_floats = t * problem.rank;
-    const int64_t hidden_floats = split && half ? t * problem.model_dim : 0;
+    const int64_t hidden_floats = split && half && !dot ? t * problem.model_dim : 0;
     try {
       const auto floats = static_cast<size_t>(latent_floats + hidden_floats);
       if (scratch.size() < floats) scratch.resize(floats);
+      const auto bits = static_cast<size_t>(dot ? latent_floats : 0);
+      if (scratch_bits.size() < bits) scratch_bits.resize(bits);
     } catch (const std::bad_alloc&) {
       return {StatusCode::kUnsupported,
-              "cpu-blocked could not allocate its float32 scratch for " + problem.to_string()};
+              "cpu-blocked could not allocate its scratch for " + problem.to_string()};
     }
     latent = scratch.data();
+    if (dot) latent_bits = scratch_bits.data();
     widened = scratch.data() + latent_floats;
   }
 
   if (split) {
-    SplitWork work{&problem, &args, {}, latent};
+    SplitWork work{&problem, &args, {}, {}, latent, latent_bits};
     for (int i = 0; i < static_cast<int>(t); ++i) {
       const int64_t x = token_offset(int64_t{i}, problem.seq, args.hidden_stride_batch,
                                      args.hidden_stride_seq);
-      if (half) {
+      if (dot) {
+        work.hidden_bits[i] = static_cast<const uint16_t*>(args.hidden) + x;
+      } else if (half) {
         to_float(static_cast<const uint16_t*>(args.hidden) + x, problem.dtype, problem.model_dim,
                  widened + i * problem.model_dim);
         work.hidden_rows[i] = widened + i * problem.model_dim;
@@ -465,7 +523,7 @@ Status run_cpu_blocked(const Problem& problem, const Args& args) {
   const int64_t per_thread = (t + threads - 1) / threads;
   const int64_t tile_tokens =
       std::clamp<int64_t>((per_thread + kRows - 1) / kRows * kRows, kRows, kTileTokens);
-  const TileWork work{&problem, &args, tile_tokens, latent};
+  const TileWork work{&problem, &args, tile_tokens, latent, latent_bits};
   parallel_items((t + tile_tokens - 1) / tile_tokens, threads, run_tile_item, &work);
   return Status::Ok();
 }

@@ -131,9 +131,11 @@ constexpr int kCpuRBlock = 256;
 // bf16 / fp16: K and V columns per float32 panel (24 x 256 floats on the stack, 24 KB), each
 // summed over all of R before it is rounded.
 constexpr int kCpuUpPanel = 256;
-// Few tokens (T <= kCpuRows) on several threads: weight columns per work item of each phase (the
-// latent's R, then [K | V]); 64 gives V2-Lite's latent 8 items and its [K | V] 64.
+// Few tokens (T <= kCpuRows) on several threads: weight columns per work item of each phase, the
+// latent's R (64: V2-Lite's latent is 8 items), then [K | V] (256: 1 KB of each bf16 weight row
+// per item, so a thread streams whole pages; V2-Lite's [K | V] is 16 items, V3's 128).
 constexpr int kCpuSplitCols = 64;
+constexpr int kCpuSplitKvCols = 256;
 
 static_assert(kCpuTileTokens % kCpuRows == 0, "a token tile is a whole number of register tiles");
 static_assert(kDecodeStreamMaxTokens % kDecodeStreamMaxGroup == 0, "token groups split the limit");

@@ -5,12 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "cpu/bf16_dot.h"
+#include "cpu/elements.h"
 #include "testing.h"
 
 namespace latentkv::testing {
@@ -155,6 +160,138 @@ TEST(CpuThreads, FewTokensSplitTheWeightColumns) {
     for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
       expect_half_matches_reference(p, dtype, padded_args(p, kPad), true);
       expect_half_matches_reference(p, dtype, padded_args(p, 0), false);
+    }
+  }
+}
+
+// The CPU backend's eight-at-a-time rounding (store_elements, round_row) gives the bits of the
+// CUDA toolkit's one-element conversions (store_element) on random float32 bit patterns and on
+// every special case: signed zeros, subnormals of both types, ties to even, the largest finite
+// values and their overflow, infinities and NaNs (stored as the toolkit's 0x7fff; widened back, any
+// NaN).
+TEST(CpuElements, EightAtATimeRoundsAsTheToolkit) {
+  auto float_bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    return u;
+  };
+  auto bits_float = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  };
+  std::mt19937 rng(kSeed);
+  std::vector<uint32_t> patterns = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu,
+                                    0x3f808000u, 0x3f818000u, 0x3f808001u, 0x7f7fffffu,
+                                    0x7f7f8000u, 0xff7fffffu, 0x7f800000u, 0xff800000u,
+                                    0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x33800000u,
+                                    0x33000000u, 0x477ff000u, 0x477fe000u, 0x38800000u,
+                                    0x387fc000u, 0x3f802000u, 0x3f803000u, 0xc7800000u};
+  for (int i = 0; i < 1 << 16; ++i) patterns.push_back(static_cast<uint32_t>(rng()));
+  for (int i = 0; i < 1 << 14; ++i) {  // values near fp16's range and subnormals
+    std::uniform_real_distribution<float> exponent(-26.0f, 17.0f);
+    patterns.push_back(float_bits(std::ldexp(1.0f + (rng() % 1024) / 1024.0f,
+                                             static_cast<int>(exponent(rng)))) ^
+                       ((rng() & 1u) << 31));
+  }
+  patterns.resize(patterns.size() / 8 * 8 + 5);  // a tail the scalar path takes
+  std::vector<float> values(patterns.size());
+  for (size_t i = 0; i < values.size(); ++i) values[i] = bits_float(patterns[i]);
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(to_string(dtype));
+    const int64_t n = static_cast<int64_t>(values.size());
+    std::vector<uint16_t> scalar(n), vector(n), bits(n);
+    for (int64_t i = 0; i < n; ++i) detail::store_element(scalar.data(), i, dtype, values[i]);
+    detail::store_elements(vector.data(), 0, dtype, values.data(), n);
+    std::vector<float> rounded = values;
+    detail::round_row(rounded.data(), n, dtype, bits.data());
+    int64_t stores_differ = 0, bits_differ = 0, values_differ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      stores_differ += vector[i] != scalar[i];
+      bits_differ += bits[i] != scalar[i];
+      const float expected = detail::load_element(scalar.data(), i, dtype);
+      values_differ += std::isnan(expected) ? !std::isnan(rounded[i])
+                                            : float_bits(rounded[i]) != float_bits(expected);
+    }
+    EXPECT_EQ(stores_differ, 0);
+    EXPECT_EQ(bits_differ, 0);
+    EXPECT_EQ(values_differ, 0);
+  }
+}
+
+// cpu-blocked's bf16 products run on AVX512-BF16 where the CPU has it, unless LATENTKV_CPU_ISA=avx2
+// caps the instruction set; ctest runs the half-type suites a second time under that cap
+// (latentkv_test_cpu_half_avx2), so both paths are tested on such a CPU.
+TEST(CpuIsa, Bf16DotProductsFollowTheCpuAndTheCap) {
+  const char* isa = std::getenv("LATENTKV_CPU_ISA");
+  const bool capped = isa != nullptr && std::string(isa) == "avx2";
+  __builtin_cpu_init();
+  const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  EXPECT_EQ(detail::bf16_dot_enabled(), cpu && !capped) << "LATENTKV_CPU_ISA=" << (isa ? isa : "");
+}
+
+// The AVX512-BF16 product itself over the edges of its register tiles: rows 1..13 (whole groups of
+// 6 and every leftover count), odd and even k (the last pair half zero), column tails around its
+// 16-column vectors and 64-column tiles, overwrite and accumulate. Each c row is followed by NaN
+// padding, which must stay NaN (masked stores), and every value must be within the float32
+// summation bound (k + 1) * 2^-24 * sum |a w| of the float64 product (bf16 products are exact in
+// float32, so the sums' rounding is the only error).
+TEST(CpuBf16Dot, MatchesFloat64AtTheTileEdges) {
+  if (!detail::bf16_dot_enabled()) GTEST_SKIP() << "this CPU has no AVX512-BF16 (or it is capped)";
+  std::mt19937 rng(kSeed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto bf16 = [&] {
+    const float x = round_to_dtype(normal(rng), DType::kBFloat16);
+    uint16_t bits;
+    uint32_t word;
+    std::memcpy(&word, &x, sizeof word);
+    bits = static_cast<uint16_t>(word >> 16);
+    return std::pair<uint16_t, double>(bits, x);
+  };
+  constexpr int64_t kPadCols = 20;
+  for (int rows : {1, 2, 3, 5, 6, 7, 12, 13}) {
+    for (int64_t k_len : {1, 2, 3, 64, 255, 256}) {
+      for (int64_t n : {1, 15, 16, 17, 63, 64, 65, 200}) {
+        for (bool accumulate : {false, true}) {
+          SCOPED_TRACE("rows " + std::to_string(rows) + " k " + std::to_string(k_len) + " n " +
+                       std::to_string(n) + (accumulate ? " accumulate" : ""));
+          const int64_t lda = k_len + 3, ldw = n + 5, ldc = n + kPadCols;
+          std::vector<uint16_t> a(rows * lda), w(k_len * ldw);
+          std::vector<double> a_val(a.size()), w_val(w.size());
+          for (size_t i = 0; i < a.size(); ++i) std::tie(a[i], a_val[i]) = bf16();
+          for (size_t i = 0; i < w.size(); ++i) std::tie(w[i], w_val[i]) = bf16();
+          std::vector<float> c(rows * ldc, std::numeric_limits<float>::quiet_NaN());
+          std::vector<float> c0(c.size());
+          for (int i = 0; i < rows; ++i) {
+            for (int64_t j = 0; j < n; ++j) c0[i * ldc + j] = accumulate ? normal(rng) : 0.0f;
+            if (accumulate) std::copy_n(&c0[i * ldc], n, &c[i * ldc]);
+          }
+          std::vector<const uint16_t*> a_rows(rows);
+          std::vector<float*> c_rows(rows);
+          for (int i = 0; i < rows; ++i) {
+            a_rows[i] = a.data() + i * lda;
+            c_rows[i] = c.data() + i * ldc;
+          }
+          detail::gemm_bf16_dot(a_rows.data(), rows, k_len, w.data(), ldw, n, c_rows.data(),
+                                accumulate);
+          int64_t bad = 0, padding_written = 0;
+          for (int i = 0; i < rows; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double ref = c0[i * ldc + j], magnitude = std::fabs(ref);
+              for (int64_t k = 0; k < k_len; ++k) {
+                ref += a_val[i * lda + k] * w_val[k * ldw + j];
+                magnitude += std::fabs(a_val[i * lda + k] * w_val[k * ldw + j]);
+              }
+              const double bound = (k_len + 1) * std::ldexp(magnitude, -24);
+              if (!(std::fabs(c[i * ldc + j] - ref) <= bound)) ++bad;
+            }
+            for (int64_t j = n; j < ldc; ++j) padding_written += !std::isnan(c[i * ldc + j]);
+          }
+          EXPECT_EQ(bad, 0);
+          EXPECT_EQ(padding_written, 0);
+        }
+      }
     }
   }
 }

@@ -1,0 +1,158 @@
+// cpu-blocked's bf16 products on AVX512-BF16 (bf16_dot.h says why and how they round).
+//
+// A register tile is up to 6 token rows x 64 columns: 24 zmm accumulators of 16 float32 lanes. Per
+// pair of k it loads 16 columns of W's rows k and k + 1 for each of its 4 column vectors and
+// interleaves them into (w[k][j], w[k+1][j]) pairs (one vpermt2w), broadcasts each row's
+// (a[k], a[k+1]) pair, and issues one vdpbf16ps per row and vector: 28 of the 32 zmm registers
+// live. An odd k_len ends with a pair whose second half is zero. Column tails use masked loads
+// and stores, so nothing outside a row is read or written. The functions carry the ISA as a target
+// attribute (not per-file flags), so no inline function of a shared header is compiled here for a
+// CPU the rest of the library does not require.
+#include "cpu/bf16_dot.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#define LATENTKV_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+namespace latentkv::detail {
+namespace {
+
+constexpr int kRows = 6;   // token rows of a register tile
+constexpr int kVecs = 4;   // 16-column vectors of a register tile
+constexpr int kCols = 16 * kVecs;
+
+// Lane 2j of the result takes element j of the first operand (row k's column j), lane 2j + 1
+// element j of the second (index 32 + j: row k + 1's column j).
+alignas(64) constexpr uint16_t kInterleave[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                  37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                  11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+
+// 16 bf16 elements from p (kFull), or those of mask with zeros elsewhere (nothing else read).
+template <bool kFull>
+LATENTKV_AVX512_BF16 inline __m256i load_row(const uint16_t* p, __mmask16 mask) {
+  if constexpr (kFull) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  } else {
+    return _mm256_maskz_loadu_epi16(mask, p);
+  }
+}
+
+// (row0[j], row1[j]) pairs for j < 16, as vdpbf16ps reads its operands (one vpermt2w; it reads
+// only the low halves of the widened operands, whose upper halves are left undefined).
+LATENTKV_AVX512_BF16 inline __m512i pair_rows(__m512i interleave, __m256i row0, __m256i row1) {
+  return _mm512_permutex2var_epi16(_mm512_castsi256_si512(row0), interleave,
+                                   _mm512_castsi256_si512(row1));
+}
+
+// Columns [n0, n0 + cols) (cols <= kCols; kFull: cols == kCols) of rows [0, kR) of the product.
+template <int kR, bool kFull>
+LATENTKV_AVX512_BF16 void register_tile(const uint16_t* const* a, int64_t k_len,
+                                        const uint16_t* w, int64_t ldw, int64_t n0, int cols,
+                                        float* const* c, bool accumulate) {
+  __mmask16 mask[kVecs];
+  for (int v = 0; v < kVecs; ++v) {
+    const int left = std::clamp(cols - 16 * v, 0, 16);
+    mask[v] = static_cast<__mmask16>((1u << left) - 1u);
+  }
+  __m512 acc[kR][kVecs];
+  for (int i = 0; i < kR; ++i) {
+    for (int v = 0; v < kVecs; ++v) {
+      const float* src = c[i] + n0 + 16 * v;
+      acc[i][v] = !accumulate ? _mm512_setzero_ps()
+                  : kFull     ? _mm512_loadu_ps(src)
+                              : _mm512_maskz_loadu_ps(mask[v], src);
+    }
+  }
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  const uint16_t* wn = w + n0;
+  int64_t k = 0;
+  for (; k + 2 <= k_len; k += 2) {
+    __m512i wk[kVecs];  // (w[k][j], w[k + 1][j]) for the vector's 16 columns j
+    for (int v = 0; v < kVecs; ++v) {
+      const uint16_t* row = wn + k * ldw + 16 * v;
+      wk[v] = pair_rows(interleave, load_row<kFull>(row, mask[v]), load_row<kFull>(row + ldw, mask[v]));
+    }
+    for (int i = 0; i < kR; ++i) {
+      uint32_t pair;  // (a[i][k], a[i][k + 1])
+      std::memcpy(&pair, a[i] + k, sizeof pair);
+      const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+      for (int v = 0; v < kVecs; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], x, (__m512bh)wk[v]);
+    }
+  }
+  if (k < k_len) {  // the last k of an odd k_len, paired with zeros
+    __m512i wk[kVecs];
+    for (int v = 0; v < kVecs; ++v) {
+      wk[v] = pair_rows(interleave, load_row<kFull>(wn + k * ldw + 16 * v, mask[v]),
+                        _mm256_setzero_si256());
+    }
+    for (int i = 0; i < kR; ++i) {
+      const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[i][k]));
+      for (int v = 0; v < kVecs; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], x, (__m512bh)wk[v]);
+    }
+  }
+  for (int i = 0; i < kR; ++i) {
+    for (int v = 0; v < kVecs; ++v) {
+      float* dst = c[i] + n0 + 16 * v;
+      if constexpr (kFull) {
+        _mm512_storeu_ps(dst, acc[i][v]);
+      } else {
+        _mm512_mask_storeu_ps(dst, mask[v], acc[i][v]);
+      }
+    }
+  }
+}
+
+template <int kR>
+LATENTKV_AVX512_BF16 void tile_columns(const uint16_t* const* a, int64_t k_len, const uint16_t* w,
+                                       int64_t ldw, int64_t n0, int64_t n, float* const* c,
+                                       bool accumulate) {
+  if (n - n0 >= kCols) {
+    register_tile<kR, true>(a, k_len, w, ldw, n0, kCols, c, accumulate);
+  } else {
+    register_tile<kR, false>(a, k_len, w, ldw, n0, static_cast<int>(n - n0), c, accumulate);
+  }
+}
+
+}  // namespace
+
+bool bf16_dot_enabled() {
+  static const bool enabled = [] {
+    const char* isa = std::getenv("LATENTKV_CPU_ISA");
+    if (isa != nullptr && std::string_view(isa) == "avx2") return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  }();
+  return enabled;
+}
+
+// Each 64-column panel of w runs every whole group of kRows rows before the next panel (the panel
+// comes from memory once and from cache for the other groups, as in cpu_blocked.cpp), then the
+// rows left over as one narrower tile.
+void gemm_bf16_dot(const uint16_t* const* a, int rows, int64_t k_len, const uint16_t* w,
+                   int64_t ldw, int64_t n, float* const* c, bool accumulate) {
+  const int whole = rows / kRows * kRows;
+  for (int64_t n0 = 0; n0 < n; n0 += kCols) {
+    for (int i0 = 0; i0 < whole; i0 += kRows) {
+      tile_columns<kRows>(a + i0, k_len, w, ldw, n0, n, c + i0, accumulate);
+    }
+    const uint16_t* const* a_left = a + whole;
+    float* const* c_left = c + whole;
+    switch (rows - whole) {
+      case 1: tile_columns<1>(a_left, k_len, w, ldw, n0, n, c_left, accumulate); break;
+      case 2: tile_columns<2>(a_left, k_len, w, ldw, n0, n, c_left, accumulate); break;
+      case 3: tile_columns<3>(a_left, k_len, w, ldw, n0, n, c_left, accumulate); break;
+      case 4: tile_columns<4>(a_left, k_len, w, ldw, n0, n, c_left, accumulate); break;
+      case 5: tile_columns<5>(a_left, k_len, w, ldw, n0, n, c_left, accumulate); break;
+      default: break;
+    }
+  }
+  static_assert(kRows == 6, "the switch above covers 1..kRows-1 leftover rows");
+}
+
+}  // namespace latentkv::detail

@@ -1,0 +1,27 @@
+// cpu-blocked's bf16 products on CPUs with AVX512-BF16 (vdpbf16ps: 32 bf16 products summed into 16
+// float32 lanes per instruction, where the widening path does 8 FMAs after two widening
+// instructions). Why: torch's bf16 CPU GEMMs use these instructions, and the widening micro-kernels
+// ran at 0.4-0.7x of them from ~10 MFLOP up.
+//
+// Numerics: a product of two bf16 values is exact in float32; vdpbf16ps adds the pair (k, k + 1)
+// into the float32 accumulator with round to nearest even, and treats bf16 subnormal inputs and
+// float32 subnormal results as zero (as oneDNN's bf16 kernels, torch's CPU path, do). The order of
+// the sums depends only on k, so a token tile and the few-token column split give the same bits.
+#pragma once
+
+#include <cstdint>
+
+namespace latentkv::detail {
+
+// Whether cpu-blocked takes the bf16 products below: the CPU runs AVX512-BF16 (checked once) and
+// the environment does not cap the instruction set (LATENTKV_CPU_ISA=avx2 selects the widening
+// micro-kernels, which every x86-64-v3 CPU runs; the tests use it to cover both paths).
+bool bf16_dot_enabled();
+
+// c[i][0:n] = (accumulate ? c[i][0:n] : 0) + sum_k a[i][k] * w[k * ldw + j]   (i < rows, j < n)
+// a: rows bf16 rows of k_len elements (any alignment); w: [k_len, n] bf16, row stride ldw;
+// c: rows float32 rows of n contiguous elements. Call only where bf16_dot_enabled().
+void gemm_bf16_dot(const uint16_t* const* a, int rows, int64_t k_len, const uint16_t* w,
+                   int64_t ldw, int64_t n, float* const* c, bool accumulate);
+
+}  // namespace latentkv::detail

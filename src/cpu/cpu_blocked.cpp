@@ -518,11 +518,18 @@ Status run_cpu_blocked(const Problem& problem, const Args& args) {
     }
     return Status::Ok();
   }
-  // Full tiles, unless that leaves a thread without one: then smaller tiles, still whole register
-  // tiles, so a short sequence is split across threads too.
-  const int64_t per_thread = (t + threads - 1) / threads;
-  const int64_t tile_tokens =
-      std::clamp<int64_t>((per_thread + kRows - 1) / kRows * kRows, kRows, kTileTokens);
+  // Token tiles of a whole number of register tiles, at most kTileTokens: the size that gives the
+  // busiest thread the fewest tokens (the largest such; tiles are dealt out whole): 64 tokens on 2
+  // threads run as 4 tiles of 18 (36 a thread), not 3 of 24 (48); 256 as 22 tiles of 12 (132), not
+  // 11 of 24 (144). A short sequence is split across threads too.
+  int64_t tile_tokens = kTileTokens, busiest = 0;
+  for (int64_t tile = kTileTokens; tile >= kRows; tile -= kRows) {
+    const int64_t tokens = ceil_div(ceil_div(t, tile), int64_t{threads}) * tile;
+    if (busiest == 0 || tokens < busiest) {
+      tile_tokens = tile;
+      busiest = tokens;
+    }
+  }
   const TileWork work{&problem, &args, tile_tokens, latent, latent_bits};
   parallel_items((t + tile_tokens - 1) / tile_tokens, threads, run_tile_item, &work);
   return Status::Ok();

@@ -52,7 +52,7 @@ constexpr int64_t kDBlock = tiles::kCpuDBlock;
 constexpr int64_t kRBlock = tiles::kCpuRBlock;
 constexpr int64_t kUpPanel = tiles::kCpuUpPanel;
 constexpr int64_t kSplitCols = tiles::kCpuSplitCols;
-constexpr int64_t kSplitKvCols = tiles::kCpuSplitKvCols;
+constexpr int64_t kSplitKvMaxCols = tiles::kCpuSplitKvMaxCols;
 constexpr double kFmasPerThread = kCpuFmasPerThread;  // heuristics.h
 
 // Vec8s per row of the register tile for `rows` rows (1..kRows).
@@ -394,8 +394,9 @@ void run_tile_item(const void* ctx, int64_t item) {
 // Few tokens (at most one register tile, T <= kRows) on more than one thread: token tiles cannot
 // spread, so the call runs in two phases over the weights' columns instead, each item all T tokens
 // x a block of columns: the latent [T, R] in kSplitCols blocks (rounded to the dtype for bf16 /
-// fp16; written to the latent output when asked), then [K | V] in kSplitKvCols blocks. The sums run in the same order as run_tile's (k
-// ascending in one register lane), so the results are the same bits as one thread's.
+// fp16; written to the latent output when asked), then [K | V] in blocks of kv_cols (tile_sizes.h).
+// The sums run in the same order as run_tile's (k ascending in one register lane), so the results
+// are the same bits as one thread's.
 struct SplitWork {
   const Problem* problem;
   const Args* args;
@@ -403,6 +404,7 @@ struct SplitWork {
   const uint16_t* hidden_bits[kRows];  // bf16 on AVX512-BF16: hidden in place (else unused)
   float* latent;                       // [T, R] float32
   uint16_t* latent_bits;               // bf16 on AVX512-BF16: [T, R] bf16, else null
+  int64_t kv_cols;                     // [K | V] columns per item of the second phase
 };
 
 template <typename W>
@@ -432,19 +434,19 @@ template <typename W>
 void split_kv_item(const SplitWork& w, int64_t item) {
   const Problem& p = *w.problem;
   const int rows = static_cast<int>(p.tokens());
-  const int64_t blocks = ceil_div(p.kv_width(), kSplitKvCols);
-  const int64_t n0 = item % blocks * kSplitKvCols;
-  alignas(64) float panel[kRows * kSplitKvCols];  // [rows, kSplitKvCols]
+  const int64_t blocks = ceil_div(p.kv_width(), w.kv_cols);
+  const int64_t n0 = item % blocks * w.kv_cols;
+  alignas(64) float panel[kRows * kSplitKvMaxCols];  // [rows, kv_cols]
   const float* latent_rows[kRows] = {};
   const uint16_t* bits_rows[kRows] = {};
-  OutRows panel_out{{}, kSplitKvCols, kSplitKvCols};
+  OutRows panel_out{{}, w.kv_cols, w.kv_cols};
   for (int i = 0; i < rows; ++i) {
     latent_rows[i] = w.latent + i * p.rank;
     if (w.latent_bits != nullptr) bits_rows[i] = w.latent_bits + i * p.rank;
-    panel_out.row[i] = panel + i * kSplitKvCols;
+    panel_out.row[i] = panel + i * w.kv_cols;
   }
   up_columns<W>(p, *w.args, 0, rows, latent_rows, w.latent_bits != nullptr ? bits_rows : nullptr,
-                static_cast<int>(item / blocks), n0, std::min(kSplitKvCols, p.kv_width() - n0),
+                static_cast<int>(item / blocks), n0, std::min(w.kv_cols, p.kv_width() - n0),
                 panel_out);
 }
 
@@ -453,7 +455,7 @@ void run_split(const SplitWork& work, int threads) {
   const Problem& p = *work.problem;
   parallel_for(ceil_div(p.rank, kSplitCols), threads,
                [&](int64_t item) { split_latent_item<W>(work, item); });
-  parallel_for(2 * ceil_div(p.kv_width(), kSplitKvCols), threads,
+  parallel_for(2 * ceil_div(p.kv_width(), work.kv_cols), threads,
                [&](int64_t item) { split_kv_item<W>(work, item); });
 }
 
@@ -497,7 +499,12 @@ Status run_cpu_blocked(const Problem& problem, const Args& args) {
   }
 
   if (split) {
-    SplitWork work{&problem, &args, {}, {}, latent, latent_bits};
+    SplitWork work{&problem, &args, {}, {}, latent, latent_bits, kSplitKvMaxCols};
+    while (work.kv_cols > kSplitCols &&
+           2 * ceil_div(problem.kv_width(), work.kv_cols) <
+               int64_t{tiles::kCpuSplitKvItemsPerThread} * threads) {
+      work.kv_cols /= 2;
+    }
     for (int i = 0; i < static_cast<int>(t); ++i) {
       const int64_t x = token_offset(int64_t{i}, problem.seq, args.hidden_stride_batch,
                                      args.hidden_stride_seq);

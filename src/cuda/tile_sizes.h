@@ -132,10 +132,13 @@ constexpr int kCpuRBlock = 256;
 // summed over all of R before it is rounded.
 constexpr int kCpuUpPanel = 256;
 // Few tokens (T <= kCpuRows) on several threads: weight columns per work item of each phase, the
-// latent's R (64: V2-Lite's latent is 8 items), then [K | V] (256: 1 KB of each bf16 weight row
-// per item, so a thread streams whole pages; V2-Lite's [K | V] is 16 items, V3's 128).
+// latent's R (64: V2-Lite's latent is 8 items), then [K | V]: up to 1024 (2 KB of each bf16 weight
+// row per item, so a thread streams long runs of each row), halved down to 64 until there are at
+// least kCpuSplitKvItemsPerThread items a thread (on 2 threads V3's [K | V] runs as 32 items of
+// 1024, V2-Lite's as 8 of 512).
 constexpr int kCpuSplitCols = 64;
-constexpr int kCpuSplitKvCols = 256;
+constexpr int kCpuSplitKvMaxCols = 1024;
+constexpr int kCpuSplitKvItemsPerThread = 4;
 
 static_assert(kCpuTileTokens % kCpuRows == 0, "a token tile is a whole number of register tiles");
 static_assert(kDecodeStreamMaxTokens % kDecodeStreamMaxGroup == 0, "token groups split the limit");

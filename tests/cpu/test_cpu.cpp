@@ -151,15 +151,17 @@ INSTANTIATE_TEST_SUITE_P(Decode, CpuHalfShapes,
 // At T <= 6 with >= 4e5 FMAs, cpu-blocked splits the weights' columns across the pool's threads
 // (on a machine with >= 2 cores; with one, the token tile runs): R = 200 leaves a partial 64-column
 // block, N = 300 has heads of 50 that cross the blocks, D = 1500 a tail of the 8-lane rows, and the
-// (B, S) pairs cover the token index split. Every dtype, padded strides, with the latent.
+// (B, S) pairs cover the token index split. N = 1800 (heads of 300) takes wider [K | V] blocks
+// on 2 threads (512 columns, the last one partial). Every dtype, padded strides, with the latent.
 TEST(CpuThreads, FewTokensSplitTheWeightColumns) {
   const std::pair<int64_t, int64_t> batch_seq[] = {{1, 1}, {2, 1}, {1, 5}, {2, 3}, {3, 2}, {6, 1}};
   for (const auto& [b, sq] : batch_seq) {
-    const Problem p = shape(b, sq, 1500, 200, 6, 50);
-    expect_matches_reference(p, padded_args(p, kPad), true);
-    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-      expect_half_matches_reference(p, dtype, padded_args(p, kPad), true);
-      expect_half_matches_reference(p, dtype, padded_args(p, 0), false);
+    for (const Problem& p : {shape(b, sq, 1500, 200, 6, 50), shape(b, sq, 1500, 200, 6, 300)}) {
+      expect_matches_reference(p, padded_args(p, kPad), true);
+      for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+        expect_half_matches_reference(p, dtype, padded_args(p, kPad), true);
+        expect_half_matches_reference(p, dtype, padded_args(p, 0), false);
+      }
     }
   }
 }

@@ -1,7 +1,8 @@
-// A problem with a zero dimension on CUDA: run_cpu_zero_size's result (cpu/zero_size.cpp), written
-// on the caller's stream by one small grid-stride kernel. out is zeros where R or D is 0 (empty
-// sums); the latent, when asked for, is hidden @ w_down (zeros where D is 0). Rare, and either
-// empty or as large as the latent alone, so no tiling.
+// A problem with a zero dimension on CUDA: run_cpu_zero_size's result (cpu/zero_size.cpp; the same
+// float32 fused multiply-adds, so the same bits), written on the caller's stream by one small
+// grid-stride kernel. out is zeros where R or D is 0 (empty sums); the latent, when asked for, is
+// hidden @ w_down (zeros where D is 0). Rare, and either empty or as large as the latent alone, so
+// no tiling.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -15,7 +15,8 @@ namespace latentkv::detail {
 
 // Whether cpu-blocked takes the bf16 products below: the CPU runs AVX512-BF16 (checked once) and
 // the environment does not cap the instruction set (LATENTKV_CPU_ISA=avx2 selects the widening
-// micro-kernels, which every x86-64-v3 CPU runs; the tests use it to cover both paths).
+// micro-kernels, which every x86-64-v3 CPU runs; the tests use it to cover both paths; other
+// values leave the choice to the CPU). Read once, at the first bf16 call.
 bool bf16_dot_enabled();
 
 // c[i][0:n] = (accumulate ? c[i][0:n] : 0) + sum_k a[i][k] * w[k * ldw + j]   (i < rows, j < n)

@@ -22,7 +22,9 @@
 // latent row is summed whole in float32 and rounded to the dtype once, as the unfused computation
 // holds it between its GEMMs (cuda-gemm does the same), into a scratch of [T, R] floats the
 // caller's thread keeps (grown to the largest call, allocated before anything is written); K and V
-// are summed over all of R in float32 column panels and each element rounded once into out.
+// are summed over all of R in float32 column panels and each element rounded once into out. On a
+// CPU with AVX512-BF16, bf16's products go to cpu/bf16_dot.cpp instead (half_product): the hidden
+// rows read in place and the rounded latent kept as bf16 bits, the same tiles and panels around it.
 #include <algorithm>
 #include <cstring>
 #include <new>

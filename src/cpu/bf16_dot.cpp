@@ -75,7 +75,8 @@ LATENTKV_AVX512_BF16 void register_tile(const uint16_t* const* a, int64_t k_len,
     __m512i wk[kVecs];  // (w[k][j], w[k + 1][j]) for the vector's 16 columns j
     for (int v = 0; v < kVecs; ++v) {
       const uint16_t* row = wn + k * ldw + 16 * v;
-      wk[v] = pair_rows(interleave, load_row<kFull>(row, mask[v]), load_row<kFull>(row + ldw, mask[v]));
+      wk[v] = pair_rows(interleave, load_row<kFull>(row, mask[v]),
+                        load_row<kFull>(row + ldw, mask[v]));
     }
     for (int i = 0; i < kR; ++i) {
       uint32_t pair;  // (a[i][k], a[i][k + 1])

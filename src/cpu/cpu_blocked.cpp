@@ -23,7 +23,7 @@
 // holds it between its GEMMs (cuda-gemm does the same), into a scratch of [T, R] floats the
 // caller's thread keeps (grown to the largest call, allocated before anything is written); K and V
 // are summed over all of R in float32 column panels and each element rounded once into out. On a
-// CPU with AVX512-BF16, bf16's products go to cpu/bf16_dot.cpp instead (half_product): the hidden
+// CPU with AVX512-BF16, bf16's products go to cpu/bf16_dot.cpp instead (product): the hidden
 // rows read in place and the rounded latent kept as bf16 bits, the same tiles and panels around it.
 #include <algorithm>
 #include <cstring>
@@ -281,13 +281,12 @@ void finish_latent(const Problem& p, const Args& a, int64_t t0, int rows, float*
   }
 }
 
-// c[0:rows, 0:n] (+)= a[0:rows, 0:k_len] @ w[0:k_len, 0:n] for half-type weights: on the bf16
-// rows a_bits through AVX512-BF16 when they are given (bf16 only; c contiguous rows), else on the
-// float32 rows a_float through the widening micro-kernels.
+// c[0:rows, 0:n] (+)= a[0:rows, 0:k_len] @ w[0:k_len, 0:n]: on the bf16 rows a_bits through
+// AVX512-BF16 when they are given (bf16 weights only; c contiguous rows), else on the float32 rows
+// a_float through the FMA micro-kernels (widening half-type weights as they load).
 template <typename W>
-void half_product(const float* const* a_float, const uint16_t* const* a_bits, int rows,
-                  int64_t k_len, const W* w, int64_t ldw, int64_t n, const OutRows& c,
-                  bool accumulate) {
+void product(const float* const* a_float, const uint16_t* const* a_bits, int rows, int64_t k_len,
+             const W* w, int64_t ldw, int64_t n, const OutRows& c, bool accumulate) {
   if constexpr (std::is_same_v<W, Bf16>) {
     if (a_bits != nullptr) {
       gemm_bf16_dot(a_bits, rows, k_len, &w->bits, ldw, n, c.row, accumulate);
@@ -306,7 +305,7 @@ void up_columns(const Problem& p, const Args& a, int64_t t0, int rows,
                 int64_t n0, int64_t count, const OutRows& panel) {
   const W* w_up = static_cast<const W*>(kv == 0 ? a.w_up_k : a.w_up_v);  // [R, N]
   const int64_t ld = kv == 0 ? a.w_up_k_stride_row : a.w_up_v_stride_row;
-  half_product(latent_rows, latent_bits, rows, p.rank, w_up + n0, ld, count, panel, false);
+  product(latent_rows, latent_bits, rows, p.rank, w_up + n0, ld, count, panel, false);
   for (int i = 0; i < rows; ++i) {
     const int64_t row = kv * a.out_stride_kv +
                         token_offset(t0 + i, p.seq, a.out_stride_batch, a.out_stride_seq);
@@ -330,6 +329,7 @@ void run_tile_half(const Problem& p, const Args& a, int64_t t0, int rows, float*
 
   alignas(64) float hidden_block[kTileTokens * kDBlock];  // [rows, kDBlock] as float32
   alignas(64) float panel[kTileTokens * kUpPanel];        // [rows, kUpPanel]: K or V columns
+  const bool dot = latent_bits != nullptr;
   const uint16_t* hidden_rows[kTileTokens];
   const uint16_t* block_bits[kTileTokens];  // the AVX512-BF16 path's D block: hidden in place
   const float* block_rows[kTileTokens];
@@ -340,30 +340,29 @@ void run_tile_half(const Problem& p, const Args& a, int64_t t0, int rows, float*
     hidden_rows[i] =
         hidden + token_offset(t0 + i, p.seq, a.hidden_stride_batch, a.hidden_stride_seq);
     block_rows[i] = hidden_block + i * kDBlock;
-    bits_rows[i] = latent_bits != nullptr ? latent_bits + i * p.rank : nullptr;
+    bits_rows[i] = dot ? latent_bits + i * p.rank : nullptr;
     latent_out.row[i] = latent + i * p.rank;
     panel_out.row[i] = panel + i * kUpPanel;
   }
+  uint16_t* const* latent_bit_rows = dot ? bits_rows : nullptr;
 
   for (int64_t d0 = 0; d0 < p.model_dim; d0 += kDBlock) {
     const int64_t db = std::min(kDBlock, p.model_dim - d0);
     for (int i = 0; i < rows; ++i) {
-      if (latent_bits != nullptr) {
+      if (dot) {
         block_bits[i] = hidden_rows[i] + d0;
       } else {
         to_float(hidden_rows[i] + d0, p.dtype, db, hidden_block + i * kDBlock);
       }
     }
-    half_product(block_rows, latent_bits != nullptr ? block_bits : nullptr, rows, db,
-                 w_down + d0 * a.w_down_stride_row, a.w_down_stride_row, p.rank, latent_out,
-                 d0 > 0);
+    product(block_rows, dot ? block_bits : nullptr, rows, db, w_down + d0 * a.w_down_stride_row,
+            a.w_down_stride_row, p.rank, latent_out, d0 > 0);
   }
-  finish_latent(p, a, t0, rows, latent_out.row, 0, p.rank,
-                latent_bits != nullptr ? bits_rows : nullptr);
+  finish_latent(p, a, t0, rows, latent_out.row, 0, p.rank, latent_bit_rows);
   for (int kv = 0; kv < 2; ++kv) {
     for (int64_t n0 = 0; n0 < p.kv_width(); n0 += kUpPanel) {
-      up_columns<W>(p, a, t0, rows, latent_out.row, latent_bits != nullptr ? bits_rows : nullptr,
-                    kv, n0, std::min(kUpPanel, p.kv_width() - n0), panel_out);
+      up_columns<W>(p, a, t0, rows, latent_out.row, latent_bit_rows, kv, n0,
+                    std::min(kUpPanel, p.kv_width() - n0), panel_out);
     }
   }
 }
@@ -421,14 +420,9 @@ void split_latent_item(const SplitWork& w, int64_t item) {
     cols.row[i] = w.latent + i * p.rank + r0;
     if (dot) bits[i] = w.latent_bits + i * p.rank + r0;
   }
-  const W* w_down = static_cast<const W*>(w.args->w_down) + r0;
-  if constexpr (std::is_same_v<W, float>) {
-    gemm_tile(w.hidden_rows, 0, rows, p.model_dim, w_down, w.args->w_down_stride_row, count, cols,
-              false);
-  } else {
-    half_product(w.hidden_rows, dot ? w.hidden_bits : nullptr, rows, p.model_dim, w_down,
-                 w.args->w_down_stride_row, count, cols, false);
-  }
+  product(w.hidden_rows, dot ? w.hidden_bits : nullptr, rows, p.model_dim,
+          static_cast<const W*>(w.args->w_down) + r0, w.args->w_down_stride_row, count, cols,
+          false);
   finish_latent(p, *w.args, 0, rows, cols.row, r0, count, dot ? bits : nullptr);
 }
 

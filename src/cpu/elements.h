@@ -83,12 +83,14 @@ inline void store_elements(void* base, int64_t i, DType dtype, const float* valu
   int64_t j = 0;
   if (dtype == DType::kBFloat16) {
     for (; j + 8 <= n; j += 8) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), round8_bf16(_mm256_loadu_ps(values + j)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j),
+                       round8_bf16(_mm256_loadu_ps(values + j)));
     }
     for (; j < n; ++j) out[j] = float_to_bf16(values[j]);
   } else {
     for (; j + 8 <= n; j += 8) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), round8_fp16(_mm256_loadu_ps(values + j)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j),
+                       round8_fp16(_mm256_loadu_ps(values + j)));
     }
     for (; j < n; ++j) out[j] = float_to_fp16(values[j]);
   }

@@ -243,13 +243,9 @@ TEST(CpuBf16Dot, MatchesFloat64AtTheTileEdges) {
   if (!detail::bf16_dot_enabled()) GTEST_SKIP() << "this CPU has no AVX512-BF16 (or it is capped)";
   std::mt19937 rng(kSeed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto bf16 = [&] {
-    const float x = round_to_dtype(normal(rng), DType::kBFloat16);
-    uint16_t bits;
-    uint32_t word;
-    std::memcpy(&word, &x, sizeof word);
-    bits = static_cast<uint16_t>(word >> 16);
-    return std::pair<uint16_t, double>(bits, x);
+  auto bf16 = [&] {  // a random bf16 value: its bits and its value
+    const uint16_t bits = detail::float_to_bf16(normal(rng));
+    return std::pair<uint16_t, double>(bits, detail::bf16_to_float(bits));
   };
   constexpr int64_t kPadCols = 20;
   for (int rows : {1, 2, 3, 5, 6, 7, 12, 13}) {

@@ -257,6 +257,39 @@ constexpr int kFusedResidentMinTilesPerSm = 2;
 constexpr int kDecodeTcWideMinTilesPerSm = 2;
 // cpu-blocked: below ~200k FMAs per thread, waking a worker costs more than it saves.
 constexpr double kCpuFmasPerThread = 2e5;
+// cpu-blocked's threads for a call of `fmas` multiply-adds on a pool of `available`: one below
+// two threads' worth, else one per kCpuFmasPerThread up to the pool.
+inline int cpu_blocked_threads(double fmas, int available) {
+  if (fmas < 2 * kCpuFmasPerThread || available <= 1) return 1;
+  const double wanted = fmas / kCpuFmasPerThread;
+  return wanted >= available ? available : static_cast<int>(wanted);
+}
+// cpu-blocked's token tile: a whole number of register tiles (kCpuRows), at most kCpuTileTokens,
+// the size that gives the busiest thread the fewest tokens (the largest such; tiles are dealt out
+// whole): 64 tokens on 2 threads run as 4 tiles of 18 (36 a thread), not 3 of 24 (48); 256 as 22
+// tiles of 12 (132), not 11 of 24 (144). A short sequence is split across threads too.
+inline int64_t cpu_blocked_tile_tokens(int64_t tokens, int threads) {
+  int64_t best = tiles::kCpuTileTokens, busiest = 0;
+  for (int64_t tile = tiles::kCpuTileTokens; tile >= tiles::kCpuRows; tile -= tiles::kCpuRows) {
+    const int64_t tiles_a_thread = ((tokens + tile - 1) / tile + threads - 1) / threads;
+    if (busiest == 0 || tiles_a_thread * tile < busiest) {
+      best = tile;
+      busiest = tiles_a_thread * tile;
+    }
+  }
+  return best;
+}
+// cpu-blocked's few-token split: [K | V] columns per work item, kCpuSplitKvMaxCols halved (down
+// to kCpuSplitCols) while the 2 x ceil(kv_width / cols) items give a thread fewer than
+// kCpuSplitKvItemsPerThread (on 2 threads V3's 16384 columns run as 32 items of 1024).
+inline int64_t cpu_blocked_split_kv_cols(int64_t kv_width, int threads) {
+  int64_t cols = tiles::kCpuSplitKvMaxCols;
+  while (cols > tiles::kCpuSplitCols &&
+         2 * ((kv_width + cols - 1) / cols) < int64_t{tiles::kCpuSplitKvItemsPerThread} * threads) {
+    cols /= 2;
+  }
+  return cols;
+}
 
 // The measured regions (problem only, no device query).
 bool cuda_fused_faster(const Problem& p);

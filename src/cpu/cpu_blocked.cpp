@@ -55,7 +55,6 @@ constexpr int64_t kRBlock = tiles::kCpuRBlock;
 constexpr int64_t kUpPanel = tiles::kCpuUpPanel;
 constexpr int64_t kSplitCols = tiles::kCpuSplitCols;
 constexpr int64_t kSplitKvMaxCols = tiles::kCpuSplitKvMaxCols;
-constexpr double kFmasPerThread = kCpuFmasPerThread;  // heuristics.h
 
 // Vec8s per row of the register tile for `rows` rows (1..kRows).
 constexpr int vecs_for_rows(int rows) { return rows == 1 ? 8 : rows <= 3 ? 4 : rows == 4 ? 3 : 2; }
@@ -462,10 +461,7 @@ Status run_cpu_blocked(const Problem& problem, const Args& args) {
   const double fmas =
       static_cast<double>(t) * (static_cast<double>(problem.model_dim) * problem.rank +
                                 2.0 * static_cast<double>(problem.rank) * problem.kv_width());
-  int threads = 1;
-  if (fmas >= 2 * kFmasPerThread) {
-    threads = static_cast<int>(std::min<double>(cpu_threads_available(), fmas / kFmasPerThread));
-  }
+  const int threads = cpu_blocked_threads(fmas, cpu_threads_available());
   const bool split = t <= kRows && threads > 1;
   const bool half = problem.dtype != DType::kFloat32;
   const bool dot = problem.dtype == DType::kBFloat16 && bf16_dot_enabled();
@@ -495,12 +491,8 @@ Status run_cpu_blocked(const Problem& problem, const Args& args) {
   }
 
   if (split) {
-    SplitWork work{&problem, &args, {}, {}, latent, latent_bits, kSplitKvMaxCols};
-    while (work.kv_cols > kSplitCols &&
-           2 * ceil_div(problem.kv_width(), work.kv_cols) <
-               int64_t{tiles::kCpuSplitKvItemsPerThread} * threads) {
-      work.kv_cols /= 2;
-    }
+    SplitWork work{&problem, &args, {}, {}, latent, latent_bits,
+                   cpu_blocked_split_kv_cols(problem.kv_width(), threads)};
     for (int i = 0; i < static_cast<int>(t); ++i) {
       const int64_t x = token_offset(int64_t{i}, problem.seq, args.hidden_stride_batch,
                                      args.hidden_stride_seq);
@@ -521,18 +513,7 @@ Status run_cpu_blocked(const Problem& problem, const Args& args) {
     }
     return Status::Ok();
   }
-  // Token tiles of a whole number of register tiles, at most kTileTokens: the size that gives the
-  // busiest thread the fewest tokens (the largest such; tiles are dealt out whole): 64 tokens on 2
-  // threads run as 4 tiles of 18 (36 a thread), not 3 of 24 (48); 256 as 22 tiles of 12 (132), not
-  // 11 of 24 (144). A short sequence is split across threads too.
-  int64_t tile_tokens = kTileTokens, busiest = 0;
-  for (int64_t tile = kTileTokens; tile >= kRows; tile -= kRows) {
-    const int64_t tokens = ceil_div(ceil_div(t, tile), int64_t{threads}) * tile;
-    if (busiest == 0 || tokens < busiest) {
-      tile_tokens = tile;
-      busiest = tokens;
-    }
-  }
+  const int64_t tile_tokens = cpu_blocked_tile_tokens(t, threads);
   const TileWork work{&problem, &args, tile_tokens, latent, latent_bits};
   parallel_items((t + tile_tokens - 1) / tile_tokens, threads, run_tile_item, &work);
   return Status::Ok();

@@ -322,5 +322,48 @@ TEST(StrategyTable, PreferencesFollowTheMeasuredRegions) {
   EXPECT_TRUE(detail::cuda_decode_tc_preferred(in_dtype(kV2Lite, DType::kBFloat16)));
 }
 
+
+// cpu-blocked's work split (heuristics.h): one thread below two threads' worth of FMAs; token
+// tiles of whole register tiles that give the busiest thread the fewest tokens (the examples of
+// the heuristic's comment, and for every T up to 600 on 1-8 threads: no other tile size gives the
+// busiest thread fewer tokens, and no larger one as few); [K | V] items of the few-token split
+// halved until each thread has kCpuSplitKvItemsPerThread, not below kCpuSplitCols.
+TEST(CpuBlockedHeuristics, ThreadsTokenTilesAndSplitColumns) {
+  namespace tiles = detail::tiles;
+  EXPECT_EQ(detail::cpu_blocked_threads(3.9e5, 8), 1);
+  EXPECT_EQ(detail::cpu_blocked_threads(4e5, 8), 2);
+  EXPECT_EQ(detail::cpu_blocked_threads(1.01e6, 8), 5);
+  EXPECT_EQ(detail::cpu_blocked_threads(1e9, 8), 8);
+  EXPECT_EQ(detail::cpu_blocked_threads(1e9, 1), 1);
+
+  EXPECT_EQ(detail::cpu_blocked_tile_tokens(64, 2), 18);
+  EXPECT_EQ(detail::cpu_blocked_tile_tokens(256, 2), 12);
+  EXPECT_EQ(detail::cpu_blocked_tile_tokens(384, 1), tiles::kCpuTileTokens);
+  auto busiest = [](int64_t t, int threads, int64_t tile) {
+    return ((t + tile - 1) / tile + threads - 1) / threads * tile;
+  };
+  for (int threads = 1; threads <= 8; ++threads) {
+    for (int64_t t = 1; t <= 600; ++t) {
+      const int64_t chosen = detail::cpu_blocked_tile_tokens(t, threads);
+      ASSERT_EQ(chosen % tiles::kCpuRows, 0) << t << " tokens on " << threads;
+      ASSERT_LE(chosen, tiles::kCpuTileTokens);
+      for (int64_t tile = tiles::kCpuRows; tile <= tiles::kCpuTileTokens;
+           tile += tiles::kCpuRows) {
+        ASSERT_GE(busiest(t, threads, tile), busiest(t, threads, chosen))
+            << t << " tokens on " << threads << ": tile " << tile << " against " << chosen;
+        if (tile > chosen) {
+          ASSERT_GT(busiest(t, threads, tile), busiest(t, threads, chosen));
+        }
+      }
+    }
+  }
+
+  // V3 on 2 threads: K and V as 32 items of 1024 columns
+  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(128 * 128, 2), tiles::kCpuSplitKvMaxCols);
+  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(6 * 300, 2), 512);
+  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(6 * 300, 4), 256);
+  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(6 * 50, 2), tiles::kCpuSplitCols);
+}
+
 }  // namespace
 }  // namespace latentkv::testing

@@ -17,6 +17,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "cuda/tile_sizes.h"
+
 #define LATENTKV_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace latentkv::detail {
@@ -25,6 +27,9 @@ namespace {
 constexpr int kRows = 6;   // token rows of a register tile
 constexpr int kVecs = 4;   // 16-column vectors of a register tile
 constexpr int kCols = 16 * kVecs;
+constexpr int kStreamMaxRows = tiles::kCpuStreamDotMaxRows;  // a streamed product's rows
+constexpr int64_t kStreamK = tiles::kCpuStreamK;               // w's rows per block there
+static_assert(kRows == tiles::kCpuRows, "cpu_blocked.cpp's register tiles hold as many rows");
 
 // Lane 2j of the result takes element j of the first operand (row k's column j), lane 2j + 1
 // element j of the second (index 32 + j: row k + 1's column j).
@@ -119,24 +124,11 @@ LATENTKV_AVX512_BF16 void tile_columns(const uint16_t* const* a, int64_t k_len, 
   }
 }
 
-}  // namespace
-
-bool bf16_dot_enabled() {
-  static const bool enabled = [] {
-    const char* isa = std::getenv("LATENTKV_CPU_ISA");
-    if (isa != nullptr && std::string_view(isa) == "avx2") return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
-  }();
-  return enabled;
-}
-
 // Each 64-column panel of w runs every whole group of kRows rows before the next panel (the panel
 // comes from memory once and from cache for the other groups, as in cpu_blocked.cpp), then the
 // rows left over as one narrower tile.
-void gemm_bf16_dot(const uint16_t* const* a, int rows, int64_t k_len, const uint16_t* w,
-                   int64_t ldw, int64_t n, float* const* c, bool accumulate) {
+void all_columns(const uint16_t* const* a, int rows, int64_t k_len, const uint16_t* w, int64_t ldw,
+                 int64_t n, float* const* c, bool accumulate) {
   const int whole = rows / kRows * kRows;
   for (int64_t n0 = 0; n0 < n; n0 += kCols) {
     for (int i0 = 0; i0 < whole; i0 += kRows) {
@@ -154,6 +146,39 @@ void gemm_bf16_dot(const uint16_t* const* a, int rows, int64_t k_len, const uint
     }
   }
   static_assert(kRows == 6, "the switch above covers 1..kRows-1 leftover rows");
+}
+
+}  // namespace
+
+bool bf16_dot_enabled() {
+  static const bool enabled = [] {
+    const char* isa = std::getenv("LATENTKV_CPU_ISA");
+    if (isa != nullptr && std::string_view(isa) == "avx2") return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  }();
+  return enabled;
+}
+
+// At most kStreamMaxRows rows (decode: each weight byte used once or twice, so w streams from
+// memory), w goes in blocks of kStreamK rows, each block across all n columns, instead of 64-column
+// tiles that each walk all of k (128 bytes from every row, far apart): each row's columns are read
+// in one sweep, which the hardware prefetchers follow. The blocks start at even k and the
+// accumulators pass through c as float32, so the sums and their order are the whole-k tiles':
+// same bits.
+void gemm_bf16_dot(const uint16_t* const* a, int rows, int64_t k_len, const uint16_t* w,
+                   int64_t ldw, int64_t n, float* const* c, bool accumulate) {
+  if (rows > kStreamMaxRows) {
+    all_columns(a, rows, k_len, w, ldw, n, c, accumulate);
+    return;
+  }
+  const uint16_t* a_block[kStreamMaxRows] = {};
+  for (int64_t k0 = 0; k0 < k_len; k0 += kStreamK) {
+    for (int i = 0; i < rows; ++i) a_block[i] = a[i] + k0;
+    all_columns(a_block, rows, std::min(kStreamK, k_len - k0), w + k0 * ldw, ldw, n, c,
+                accumulate || k0 > 0);
+  }
 }
 
 }  // namespace latentkv::detail

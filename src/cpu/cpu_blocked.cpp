@@ -53,8 +53,8 @@ constexpr int kTileTokens = tiles::kCpuTileTokens;
 constexpr int64_t kDBlock = tiles::kCpuDBlock;
 constexpr int64_t kRBlock = tiles::kCpuRBlock;
 constexpr int64_t kUpPanel = tiles::kCpuUpPanel;
-constexpr int64_t kSplitCols = tiles::kCpuSplitCols;
 constexpr int64_t kSplitKvMaxCols = tiles::kCpuSplitKvMaxCols;
+constexpr int64_t kStreamK = tiles::kCpuStreamK;
 
 // Vec8s per row of the register tile for `rows` rows (1..kRows).
 constexpr int vecs_for_rows(int rows) { return rows == 1 ? 8 : rows <= 3 ? 4 : rows == 4 ? 3 : 2; }
@@ -192,13 +192,13 @@ void gemm_rows(const float* const* a, int64_t a_col, int i0, int64_t k_len, cons
   }
 }
 
-// c[0:rows, 0:n] = (accumulate ? c : 0) + a[0:rows, a_col : a_col + k_len] @ w[0:k_len, 0:n].
-// The whole kRows groups run inside each column panel, so a panel of w comes from memory once per
-// token tile and from cache for the other groups (streaming w per group instead made the
+// c[0:rows, 0:n] = (accumulate ? c : 0) + a[0:rows, a_col : a_col + k_len] @ w[0:k_len, 0:n],
+// all of k. The whole kRows groups run inside each column panel, so a panel of w comes from memory
+// once per token tile and from cache for the other groups (streaming w per group instead made the
 // weight-bound deepseek-v3 case 2x slower); the rows left over take one narrower tile after.
 template <typename W>
-void gemm_tile(const float* const* a, int64_t a_col, int rows, int64_t k_len, const W* w,
-               int64_t ldw, int64_t n, const OutRows& c, bool accumulate) {
+void all_columns(const float* const* a, int64_t a_col, int rows, int64_t k_len, const W* w,
+                 int64_t ldw, int64_t n, const OutRows& c, bool accumulate) {
   const int whole = rows / kRows * kRows;
   if (whole > 0) {
     for (int64_t n0 = 0; n0 < n; n0 += 8 * vecs_for_rows(kRows)) {
@@ -216,6 +216,25 @@ void gemm_tile(const float* const* a, int64_t a_col, int rows, int64_t k_len, co
     default: break;
   }
   static_assert(kRows == 6, "the switch above covers 1..kRows-1 leftover rows");
+}
+
+// The same product. At most one register tile of rows (few tokens: each weight byte is used by
+// at most kRows tokens, so w streams from memory), w goes in blocks of kCpuStreamK rows, each
+// block across all n columns, instead of column tiles that each walk all of k (reading a few
+// dozen bytes from every row far apart): each row's columns are then read in one sweep, which the
+// hardware prefetchers follow. The accumulators pass through c as float32 between blocks, so the
+// sums and their order are the whole-k tiles': same bits.
+template <typename W>
+void gemm_tile(const float* const* a, int64_t a_col, int rows, int64_t k_len, const W* w,
+               int64_t ldw, int64_t n, const OutRows& c, bool accumulate) {
+  if (rows > kRows) {
+    all_columns(a, a_col, rows, k_len, w, ldw, n, c, accumulate);
+    return;
+  }
+  for (int64_t k0 = 0; k0 < k_len; k0 += kStreamK) {
+    all_columns(a, a_col + k0, rows, std::min(kStreamK, k_len - k0), w + k0 * ldw, ldw, n, c,
+                accumulate || k0 > 0);
+  }
 }
 
 // Tokens [t0, t0 + rows): latent tile, then K and V, one R block at a time.
@@ -393,8 +412,9 @@ void run_tile_item(const void* ctx, int64_t item) {
 
 // Few tokens (at most one register tile, T <= kRows) on more than one thread: token tiles cannot
 // spread, so the call runs in two phases over the weights' columns instead, each item all T tokens
-// x a block of columns: the latent [T, R] in kSplitCols blocks (rounded to the dtype for bf16 /
-// fp16; written to the latent output when asked), then [K | V] in blocks of kv_cols (tile_sizes.h).
+// x a block of columns: the latent [T, R] in one block of latent_cols a thread (rounded to the dtype
+// for bf16 / fp16; written to the latent output when asked), then [K | V] in blocks of kv_cols
+// (both heuristics.h).
 // The sums run in the same order as run_tile's (k ascending in one register lane), so the results
 // are the same bits as one thread's.
 struct SplitWork {
@@ -404,6 +424,7 @@ struct SplitWork {
   const uint16_t* hidden_bits[kRows];  // bf16 on AVX512-BF16: hidden in place (else unused)
   float* latent;                       // [T, R] float32
   uint16_t* latent_bits;               // bf16 on AVX512-BF16: [T, R] bf16, else null
+  int64_t latent_cols;                 // latent columns per item of the first phase
   int64_t kv_cols;                     // [K | V] columns per item of the second phase
 };
 
@@ -411,7 +432,7 @@ template <typename W>
 void split_latent_item(const SplitWork& w, int64_t item) {
   const Problem& p = *w.problem;
   const int rows = static_cast<int>(p.tokens());
-  const int64_t r0 = item * kSplitCols, count = std::min(kSplitCols, p.rank - r0);
+  const int64_t r0 = item * w.latent_cols, count = std::min(w.latent_cols, p.rank - r0);
   const bool dot = w.latent_bits != nullptr;
   OutRows cols{{}, p.rank, p.rank};
   uint16_t* bits[kRows] = {};
@@ -448,7 +469,7 @@ void split_kv_item(const SplitWork& w, int64_t item) {
 template <typename W>
 void run_split(const SplitWork& work, int threads) {
   const Problem& p = *work.problem;
-  parallel_for(ceil_div(p.rank, kSplitCols), threads,
+  parallel_for(ceil_div(p.rank, work.latent_cols), threads,
                [&](int64_t item) { split_latent_item<W>(work, item); });
   parallel_for(2 * ceil_div(p.kv_width(), work.kv_cols), threads,
                [&](int64_t item) { split_kv_item<W>(work, item); });
@@ -491,7 +512,13 @@ Status run_cpu_blocked(const Problem& problem, const Args& args) {
   }
 
   if (split) {
-    SplitWork work{&problem, &args, {}, {}, latent, latent_bits,
+    SplitWork work{&problem,
+                   &args,
+                   {},
+                   {},
+                   latent,
+                   latent_bits,
+                   cpu_blocked_split_latent_cols(problem.rank, threads),
                    cpu_blocked_split_kv_cols(problem.kv_width(), threads)};
     for (int i = 0; i < static_cast<int>(t); ++i) {
       const int64_t x = token_offset(int64_t{i}, problem.seq, args.hidden_stride_batch,

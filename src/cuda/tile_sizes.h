@@ -131,12 +131,22 @@ constexpr int kCpuRBlock = 256;
 // bf16 / fp16: K and V columns per float32 panel (24 x 256 floats on the stack, 24 KB), each
 // summed over all of R before it is rounded.
 constexpr int kCpuUpPanel = 256;
-// Few tokens (T <= kCpuRows) on several threads: weight columns per work item of each phase, the
-// latent's R (64: V2-Lite's latent is 8 items), then [K | V]: up to 1024 (2 KB of each bf16 weight
-// row per item, so a thread streams long runs of each row), halved down to 64 until there are at
-// least kCpuSplitKvItemsPerThread items a thread (on 2 threads V3's [K | V] runs as 32 items of
-// 1024, V2-Lite's as 8 of 512).
+// Few tokens (T <= kCpuRows) on several threads: weight columns per work item of each phase, in
+// whole blocks of kCpuSplitCols: the latent's R in one item a thread (on 2 threads R = 512 runs as
+// 2 items of 256), then [K | V]: up to 1024 (2 KB of each bf16 weight row per item, so a thread
+// streams long runs of each row), halved down to 64 until there are at least
+// kCpuSplitKvItemsPerThread items a thread (on 2 threads V3's [K | V] runs as 32 items of 1024,
+// V2-Lite's as 8 of 512). heuristics.h computes both.
 constexpr int kCpuSplitCols = 64;
+// Products of at most kCpuRows token rows stream w in blocks of this many rows, each across all
+// columns (cpu_blocked.cpp gemm_tile; bf16_dot.cpp at most kCpuStreamDotMaxRows rows: 3 and more
+// ran 5-40% slower blocked there). Even, so that the bf16 dot products' (k, k + 1) pairs stay
+// whole. Weights from memory on 2 threads (docs/perf.md, cpu-blocked), us, whole-k tiles / blocks
+// of 16: float32 V3 T=1 4300 / 3650, T=4 7760 / 4870, V2-Lite T=6 1745 / 1003; bf16 V3 T=1 ~2200
+// / ~1470.
+constexpr int kCpuStreamK = 16;
+constexpr int kCpuStreamDotMaxRows = 2;
+static_assert(kCpuStreamK % 2 == 0, "blocks start at even k: vdpbf16ps pairs (k, k + 1)");
 constexpr int kCpuSplitKvMaxCols = 1024;
 constexpr int kCpuSplitKvItemsPerThread = 4;
 

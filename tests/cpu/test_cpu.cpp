@@ -166,6 +166,57 @@ TEST(CpuThreads, FewTokensSplitTheWeightColumns) {
   }
 }
 
+// A token's K, V and latent are the same bits whatever else the call holds: alone or with one more
+// (T = 1, 2: the few-token split), in a split of 6, and in token tiles (T = 13: 12 and a one-row
+// tile; T = 40: 24 and 16). Every dtype; D = 1500 and R = 200 leave partial blocks, N = 1800 takes
+// the split's wide [K | V] items. The sums' order depends only on k. (bf16 / fp16 outputs hide most
+// float32 accumulator differences in their rounding; CpuBf16Dot.RowsAreTheSameBitsInEveryTile checks
+// the bf16 products' accumulators themselves.)
+TEST(CpuThreads, ATokensOutputsAreTheSameBitsInEveryCall) {
+  const Problem whole = shape(1, 40, 1500, 200, 6, 300);
+  const HostInputs in = random_inputs(whole, kSeed);
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(to_string(dtype));
+    // out [2, 1, S, H, Dh] and latent [1, S, R] of the first `seq` tokens, in dtype bytes.
+    auto call = [&](int64_t seq, std::vector<unsigned char>* out,
+                    std::vector<unsigned char>* latent) {
+      Problem p = shape(1, seq, whole.model_dim, whole.rank, whole.heads, whole.head_dim);
+      p.dtype = dtype;
+      const std::vector<float> hidden(in.hidden.begin(),
+                                      in.hidden.begin() + seq * whole.model_dim);
+      std::vector<unsigned char> x = to_bytes(hidden, dtype), w_down = to_bytes(in.w_down, dtype),
+                                 w_up_k = to_bytes(in.w_up_k, dtype),
+                                 w_up_v = to_bytes(in.w_up_v, dtype);
+      *out = to_bytes(std::vector<float>(2 * seq * whole.kv_width(), kPoison), dtype);
+      *latent = to_bytes(std::vector<float>(seq * whole.rank, kPoison), dtype);
+      Args a = padded_args(p, 0);
+      a.hidden = x.data();
+      a.w_down = w_down.data();
+      a.w_up_k = w_up_k.data();
+      a.w_up_v = w_up_v.data();
+      a.out = out->data();
+      a.latent = latent->data();
+      const Status s = run(p, a, cpu_options());
+      ASSERT_TRUE(s.ok()) << s.message();
+    };
+    std::vector<unsigned char> out40, latent40;
+    call(whole.seq, &out40, &latent40);
+    const size_t bytes = element_size(dtype);
+    const size_t row = whole.kv_width() * bytes;  // one token's K (or V)
+    for (int64_t seq : {1, 2, 6, 13}) {
+      SCOPED_TRACE("seq " + std::to_string(seq));
+      std::vector<unsigned char> out, latent;
+      call(seq, &out, &latent);
+      for (int64_t kv = 0; kv < 2; ++kv) {
+        EXPECT_EQ(0, std::memcmp(out.data() + kv * seq * row, out40.data() + kv * whole.seq * row,
+                                 seq * row))
+            << (kv == 0 ? "K" : "V");
+      }
+      EXPECT_EQ(0, std::memcmp(latent.data(), latent40.data(), seq * whole.rank * bytes));
+    }
+  }
+}
+
 // The CPU backend's eight-at-a-time rounding (store_elements, round_row) gives the bits of the
 // CUDA toolkit's one-element conversions (store_element) on random float32 bit patterns and on
 // every special case: signed zeros, subnormals of both types, ties to even, the largest finite
@@ -288,6 +339,40 @@ TEST(CpuBf16Dot, MatchesFloat64AtTheTileEdges) {
           }
           EXPECT_EQ(bad, 0);
           EXPECT_EQ(padding_written, 0);
+        }
+      }
+    }
+  }
+}
+
+// The bf16 products' float32 accumulators are the same bits for a row alone, with one more (both
+// streamed in blocks of k), and in a tile of 7 rows (six in one register tile, one in its own,
+// whole k): k lengths around the stream's blocks (odd ones end in a zero-paired k), column tails.
+TEST(CpuBf16Dot, RowsAreTheSameBitsInEveryTile) {
+  if (!detail::bf16_dot_enabled()) GTEST_SKIP() << "this CPU has no AVX512-BF16 (or it is capped)";
+  std::mt19937 rng(kSeed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr int kTileRows = 7;
+  for (int64_t k_len : {1, 7, 8, 9, 17, 255, 256, 2001}) {
+    for (int64_t n : {1, 65, 200, 1100}) {
+      SCOPED_TRACE("k " + std::to_string(k_len) + " n " + std::to_string(n));
+      std::vector<uint16_t> a(kTileRows * k_len), w(k_len * n);
+      for (uint16_t& x : a) x = detail::float_to_bf16(normal(rng));
+      for (uint16_t& x : w) x = detail::float_to_bf16(normal(rng));
+      std::vector<float> tile(kTileRows * n), alone(2 * n);
+      std::vector<const uint16_t*> a_rows(kTileRows);
+      std::vector<float*> c_rows(kTileRows);
+      for (int i = 0; i < kTileRows; ++i) {
+        a_rows[i] = a.data() + i * k_len;
+        c_rows[i] = tile.data() + i * n;
+      }
+      detail::gemm_bf16_dot(a_rows.data(), kTileRows, k_len, w.data(), n, n, c_rows.data(), false);
+      for (int rows : {1, 2}) {
+        for (int i = 0; i + rows <= kTileRows; ++i) {
+          float* out_rows[2] = {alone.data(), alone.data() + n};
+          detail::gemm_bf16_dot(a_rows.data() + i, rows, k_len, w.data(), n, n, out_rows, false);
+          EXPECT_EQ(0, std::memcmp(alone.data(), tile.data() + i * n, rows * n * sizeof(float)))
+              << rows << " rows from row " << i;
         }
       }
     }

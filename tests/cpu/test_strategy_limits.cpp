@@ -326,8 +326,9 @@ TEST(StrategyTable, PreferencesFollowTheMeasuredRegions) {
 // cpu-blocked's work split (heuristics.h): one thread below two threads' worth of FMAs; token
 // tiles of whole register tiles that give the busiest thread the fewest tokens (the examples of
 // the heuristic's comment, and for every T up to 600 on 1-8 threads: no other tile size gives the
-// busiest thread fewer tokens, and no larger one as few); [K | V] items of the few-token split
-// halved until each thread has kCpuSplitKvItemsPerThread, not below kCpuSplitCols.
+// busiest thread fewer tokens, and no larger one as few); the few-token split's latent in one item
+// a thread and its [K | V] items halved until each thread has kCpuSplitKvItemsPerThread, both in
+// whole kCpuSplitCols blocks.
 TEST(CpuBlockedHeuristics, ThreadsTokenTilesAndSplitColumns) {
   namespace tiles = detail::tiles;
   EXPECT_EQ(detail::cpu_blocked_threads(3.9e5, 8), 1);
@@ -358,6 +359,11 @@ TEST(CpuBlockedHeuristics, ThreadsTokenTilesAndSplitColumns) {
     }
   }
 
+  EXPECT_EQ(detail::cpu_blocked_split_latent_cols(512, 2), 256);
+  EXPECT_EQ(detail::cpu_blocked_split_latent_cols(512, 8), tiles::kCpuSplitCols);
+  EXPECT_EQ(detail::cpu_blocked_split_latent_cols(512, 16), tiles::kCpuSplitCols);
+  EXPECT_EQ(detail::cpu_blocked_split_latent_cols(200, 2), 128);
+  EXPECT_EQ(detail::cpu_blocked_split_latent_cols(48, 4), tiles::kCpuSplitCols);
   // V3 on 2 threads: K and V as 32 items of 1024 columns
   EXPECT_EQ(detail::cpu_blocked_split_kv_cols(128 * 128, 2), tiles::kCpuSplitKvMaxCols);
   EXPECT_EQ(detail::cpu_blocked_split_kv_cols(6 * 300, 2), 512);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backends.h"
+#include "cpu/bf16_dot.h"
 #include "latentkv/latentkv.h"
 #include "validation.h"
 
@@ -114,6 +115,8 @@ Backend resolve_backend(Backend backend) {
   if (backend != Backend::kAuto) return backend;
   return detail::cuda_device_present() ? Backend::kCuda : Backend::kCpu;
 }
+
+const char* cpu_bf16_isa() { return detail::bf16_dot_enabled() ? "avx512-bf16" : "avx2"; }
 
 namespace {
 

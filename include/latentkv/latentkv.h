@@ -149,6 +149,10 @@ struct Options {
 bool backend_available(Backend backend);
 // kAuto resolves to kCuda when available, else kCpu.
 Backend resolve_backend(Backend backend);
+// The CPU backend's instructions for bf16 products on this machine: "avx512-bf16" (dot products,
+// where the CPU has AVX512-BF16 and the environment variable LATENTKV_CPU_ISA is not "avx2") or
+// "avx2" (bf16 widened to float32 FMAs). Decided once, at the first call that asks.
+const char* cpu_bf16_isa();
 
 // Bytes of args.workspace that the strategy run() would choose, given a workspace, needs (for
 // kAuto, also enough for the strategy it falls back to); 0 when it needs none (cuda-fused, the

@@ -28,6 +28,8 @@ except ImportError as e:
         "repository)") from e
 from torch import nn
 
+from . import _C
+
 __all__ = ["kv_proj", "reference_kv_proj", "LatentKVProjection", "mla_kv", "mla_kv_first_stage",
            "mla_kv_second_stage", "reference_mla_kv", "reference_mla_kv_second_stage",
            "cos_sin_from_freqs_cis", "MLARMSNorm", "MLAKVProjection"]
@@ -73,6 +75,12 @@ def _kv_proj_with_latent_fake(hidden, w_down, w_up_k, w_up_v, num_heads, latent_
 _op = torch.ops.latentkv.kv_proj.default
 _op_with_latent = torch.ops.latentkv.kv_proj_with_latent.default
 _is_grad_enabled = torch.is_grad_enabled
+# bf16 on the CPU, cpu-blocked against torch's own bf16 GEMMs (docs/perf.md, cpu-blocked): where
+# its products run on AVX512-BF16 dot products it is faster up to _CPU_FEW_TOKENS tokens (the
+# few-token split with its weights streamed: 1.1-1.7x at DeepSeek sizes, 10-15x at the founding
+# dims) and 0.75-0.9x past them from ~10 MFLOP up, so LatentKVProjection takes it only there.
+_CPU_FEW_TOKENS = 6  # cpu-blocked's few-token region: one register tile (tile_sizes.h kCpuRows)
+_CPU_BF16_DOT_PRODUCTS = _C.cpu_bf16_isa() == "avx512-bf16"
 
 
 def kv_proj(hidden, w_down, w_up_k, w_up_v, num_heads, *, latent_out=None):
@@ -123,9 +131,9 @@ class LatentKVProjection(nn.Module):
     Parameters w_down (D, R), w_up_k (R, H*Dh), w_up_v (R, H*Dh), created in that order with
     randn(...) / sqrt(fan_in), as the reference does. forward(x) with x (B, S, D) returns
     (2, B, S, H, Dh): the fused latentkv op when autograd records nothing, else the unfused
-    reference math (latentkv has no backward yet); also the reference math for bf16 on the CPU,
-    where torch's own bf16 GEMMs (AVX512-BF16 / AMX where the CPU has them) beat cpu-blocked's
-    float32 FMAs on widened weights (docs/perf.md, cpu-blocked).
+    reference math (latentkv has no backward yet); also the reference math for bf16 on the CPU
+    past 6 tokens (B * S), and at any count on a CPU without AVX512-BF16, where torch's own bf16
+    GEMMs beat cpu-blocked (docs/perf.md, cpu-blocked).
     """
 
     def __init__(self, model_dim, rank, num_heads, head_dim, *, device=None, dtype=None):
@@ -150,7 +158,8 @@ class LatentKVProjection(nn.Module):
         w_down, w_up_k, w_up_v = params["w_down"], params["w_up_k"], params["w_up_v"]
         if (_is_grad_enabled() and (x.requires_grad or w_down.requires_grad
                                     or w_up_k.requires_grad or w_up_v.requires_grad)) or (
-                x.dtype == torch.bfloat16 and x.device.type == "cpu"):
+                x.dtype == torch.bfloat16 and x.device.type == "cpu" and not (
+                    _CPU_BF16_DOT_PRODUCTS and x.shape[0] * x.shape[1] <= _CPU_FEW_TOKENS)):
             return reference_kv_proj(x, w_down, w_up_k, w_up_v, self.num_heads)
         return _op(x, w_down, w_up_k, w_up_v, self.num_heads)
 

@@ -370,4 +370,8 @@ NB_MODULE(_C, m) {
   m.def(
       "cuda_available", [] { return latentkv::backend_available(latentkv::Backend::kCuda); },
       "True when latentkv was built with CUDA and a device is present.");
+  m.def(
+      "cpu_bf16_isa", [] { return latentkv::cpu_bf16_isa(); },
+      "The CPU backend's instructions for bf16 products here: 'avx512-bf16' (dot products) or "
+      "'avx2' (widened to float32 FMAs; also where LATENTKV_CPU_ISA=avx2).");
 }

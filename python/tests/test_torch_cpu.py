@@ -426,26 +426,8 @@ def test_low_precision_within_twice_the_unfused_error(shape, dtype):
     assert rel_error(latent.float().numpy(), ref_latent) <= latent_budget
 
 
-def test_module_in_bfloat16_on_cpu_runs_the_reference_math():
-    # torch's bf16 CPU GEMMs beat cpu-blocked's widened float32 FMAs on CPUs with AVX512-BF16 / AMX
-    # (docs/perf.md), so a bf16 module on the CPU computes exactly what the reference module does.
-    torch.manual_seed(3)
-    module = lt.LatentKVProjection(32, 8, 2, 4).to(torch.bfloat16)
-    x = torch.randn(2, 5, 32).to(torch.bfloat16)
-    with torch.no_grad():
-        got = module(x)
-    want = lt.reference_kv_proj(x, module.w_down, module.w_up_k, module.w_up_v, 2)
-    assert got.dtype == torch.bfloat16
-    assert torch.equal(got, want)
-
-
-@pytest.mark.parametrize("dtype", [torch.float16])
-def test_module_in_half_precision_on_cpu_runs_the_op(dtype):
-    # Without autograd, an fp16 module on the CPU runs the fused op (cpu-blocked takes every
-    # dtype), within 2x the error of the reference module's own math against float64.
-    torch.manual_seed(3)
-    module = lt.LatentKVProjection(32, 8, 2, 4).to(dtype)
-    x = torch.randn(2, 5, 32).to(dtype)
+def _ops_seen(module, x):
+    """The module's output and the names of the aten / latentkv ops its forward dispatched."""
     seen = []
 
     class Ops(TorchDispatchMode):
@@ -455,6 +437,43 @@ def test_module_in_half_precision_on_cpu_runs_the_op(dtype):
 
     with torch.no_grad(), Ops():
         got = module(x)
+    return got, seen
+
+
+@pytest.mark.parametrize("tokens", [(1, 1), (2, 3), (1, 6), (1, 7), (2, 5)])
+def test_module_in_bfloat16_on_cpu_takes_the_op_at_few_tokens(tokens):
+    # bf16 on the CPU: the op up to 6 tokens where cpu-blocked's products run on AVX512-BF16 (faster
+    # than torch's bf16 GEMMs there, docs/perf.md), within 2x the reference module's own error
+    # against float64; past 6 tokens, or without AVX512-BF16, exactly the reference module's math.
+    torch.manual_seed(3)
+    module = lt.LatentKVProjection(32, 8, 2, 4).to(torch.bfloat16)
+    x = torch.randn(*tokens, 32).to(torch.bfloat16)
+    got, seen = _ops_seen(module, x)
+    want = lt.reference_kv_proj(x, module.w_down, module.w_up_k, module.w_up_v, 2)
+    assert got.dtype == torch.bfloat16
+    fused = tokens[0] * tokens[1] <= 6 and latentkv._C.cpu_bf16_isa() == "avx512-bf16"
+    assert any("latentkv" in name for name in seen) == fused, seen
+    if not fused:
+        assert torch.equal(got, want)
+        return
+    params = (x, module.w_down, module.w_up_k, module.w_up_v)
+    ref = reference(*(t.detach().float().numpy() for t in params), 2)[0]
+    budget = 2 * rel_error(want.detach().float().numpy(), ref) + 1e-7
+    assert rel_error(got.float().numpy(), ref) <= budget
+
+
+def test_cpu_bf16_isa_names_the_products():
+    assert latentkv._C.cpu_bf16_isa() in ("avx512-bf16", "avx2")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16])
+def test_module_in_half_precision_on_cpu_runs_the_op(dtype):
+    # Without autograd, an fp16 module on the CPU runs the fused op (cpu-blocked takes every
+    # dtype), within 2x the error of the reference module's own math against float64.
+    torch.manual_seed(3)
+    module = lt.LatentKVProjection(32, 8, 2, 4).to(dtype)
+    x = torch.randn(2, 5, 32).to(dtype)
+    got, seen = _ops_seen(module, x)
     assert got.dtype == dtype
     assert any("latentkv" in name for name in seen), seen
     want = lt.reference_kv_proj(x, module.w_down, module.w_up_k, module.w_up_v, 2)

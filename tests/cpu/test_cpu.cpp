@@ -273,7 +273,7 @@ TEST(CpuElements, EightAtATimeRoundsAsTheToolkit) {
 }
 
 // cpu-blocked's bf16 products run on AVX512-BF16 where the CPU has it, unless LATENTKV_CPU_ISA=avx2
-// caps the instruction set; ctest runs the half-type suites a second time under that cap
+// caps the instruction set (and the public cpu_bf16_isa() says which); ctest runs the half-type suites a second time under that cap
 // (latentkv_test_cpu_half_avx2), so both paths are tested on such a CPU.
 TEST(CpuIsa, Bf16DotProductsFollowTheCpuAndTheCap) {
   const char* isa = std::getenv("LATENTKV_CPU_ISA");
@@ -282,6 +282,7 @@ TEST(CpuIsa, Bf16DotProductsFollowTheCpuAndTheCap) {
   const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
   EXPECT_EQ(detail::bf16_dot_enabled(), cpu && !capped) << "LATENTKV_CPU_ISA=" << (isa ? isa : "");
+  EXPECT_STREQ(cpu_bf16_isa(), cpu && !capped ? "avx512-bf16" : "avx2");
 }
 
 // The AVX512-BF16 product itself over the edges of its register tiles: rows 1..13 (whole groups of

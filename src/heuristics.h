@@ -13,6 +13,7 @@
 
 #include "latentkv/latentkv.h"
 #include "latentkv/mla.h"
+#include "cuda/common.h"
 #include "cuda/tile_sizes.h"
 
 namespace latentkv::detail {
@@ -271,7 +272,7 @@ inline int cpu_blocked_threads(double fmas, int available) {
 inline int64_t cpu_blocked_tile_tokens(int64_t tokens, int threads) {
   int64_t best = tiles::kCpuTileTokens, busiest = 0;
   for (int64_t tile = tiles::kCpuTileTokens; tile >= tiles::kCpuRows; tile -= tiles::kCpuRows) {
-    const int64_t tiles_a_thread = ((tokens + tile - 1) / tile + threads - 1) / threads;
+    const int64_t tiles_a_thread = ceil_div(ceil_div(tokens, tile), int64_t{threads});
     if (busiest == 0 || tiles_a_thread * tile < busiest) {
       best = tile;
       busiest = tiles_a_thread * tile;
@@ -283,8 +284,7 @@ inline int64_t cpu_blocked_tile_tokens(int64_t tokens, int threads) {
 // kCpuSplitCols blocks): each thread then reads its share of every w_down row in one run (V3 T=1
 // bf16 on 2 threads, w_down from memory: 256-column items 1444 us against 1704 for 64).
 inline int64_t cpu_blocked_split_latent_cols(int64_t rank, int threads) {
-  const int64_t share = (rank + threads - 1) / threads;
-  return (share + tiles::kCpuSplitCols - 1) / tiles::kCpuSplitCols * tiles::kCpuSplitCols;
+  return round_up(ceil_div(rank, int64_t{threads}), int64_t{tiles::kCpuSplitCols});
 }
 // cpu-blocked's few-token split: [K | V] columns per work item, kCpuSplitKvMaxCols halved (down
 // to kCpuSplitCols) while the 2 x ceil(kv_width / cols) items give a thread fewer than
@@ -292,7 +292,7 @@ inline int64_t cpu_blocked_split_latent_cols(int64_t rank, int threads) {
 inline int64_t cpu_blocked_split_kv_cols(int64_t kv_width, int threads) {
   int64_t cols = tiles::kCpuSplitKvMaxCols;
   while (cols > tiles::kCpuSplitCols &&
-         2 * ((kv_width + cols - 1) / cols) < int64_t{tiles::kCpuSplitKvItemsPerThread} * threads) {
+         2 * ceil_div(kv_width, cols) < int64_t{tiles::kCpuSplitKvItemsPerThread} * threads) {
     cols /= 2;
   }
   return cols;

@@ -24,12 +24,11 @@
 namespace latentkv::detail {
 namespace {
 
-constexpr int kRows = 6;   // token rows of a register tile
+constexpr int kRows = tiles::kCpuRows;  // token rows of a register tile (cpu_blocked.cpp's too)
 constexpr int kVecs = 4;   // 16-column vectors of a register tile
 constexpr int kCols = 16 * kVecs;
 constexpr int kStreamMaxRows = tiles::kCpuStreamDotMaxRows;  // a streamed product's rows
 constexpr int64_t kStreamK = tiles::kCpuStreamK;               // w's rows per block there
-static_assert(kRows == tiles::kCpuRows, "cpu_blocked.cpp's register tiles hold as many rows");
 // Products that read at least this much of w prefetch each 64-column panel's successor as they
 // walk it (V2-Lite T=64 bf16 with its weights from memory 1800-2270 -> 1480-1500 us on 2 threads);
 // the founding case's small products (<= 24 KB) lost 11% with them (162 -> 181 us).

@@ -9,6 +9,7 @@
 
 #include "backends.h"
 #include "cpu/bf16_dot.h"
+#include "cuda/tile_sizes.h"
 #include "latentkv/latentkv.h"
 #include "validation.h"
 
@@ -117,6 +118,8 @@ Backend resolve_backend(Backend backend) {
 }
 
 const char* cpu_bf16_isa() { return detail::bf16_dot_enabled() ? "avx512-bf16" : "avx2"; }
+
+int cpu_few_tokens() { return detail::tiles::kCpuRows; }
 
 namespace {
 

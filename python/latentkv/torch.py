@@ -79,7 +79,7 @@ _is_grad_enabled = torch.is_grad_enabled
 # its products run on AVX512-BF16 dot products it is faster up to _CPU_FEW_TOKENS tokens (the
 # few-token split with its weights streamed: 1.1-1.7x at DeepSeek sizes, 10-15x at the founding
 # dims) and 0.75-0.9x past them from ~10 MFLOP up, so LatentKVProjection takes it only there.
-_CPU_FEW_TOKENS = 6  # cpu-blocked's few-token region: one register tile (tile_sizes.h kCpuRows)
+_CPU_FEW_TOKENS = _C.cpu_few_tokens()
 _CPU_BF16_DOT_PRODUCTS = _C.cpu_bf16_isa() == "avx512-bf16"
 
 

@@ -374,4 +374,8 @@ NB_MODULE(_C, m) {
       "cpu_bf16_isa", [] { return latentkv::cpu_bf16_isa(); },
       "The CPU backend's instructions for bf16 products here: 'avx512-bf16' (dot products) or "
       "'avx2' (widened to float32 FMAs; also where LATENTKV_CPU_ISA=avx2).");
+  m.def(
+      "cpu_few_tokens", [] { return latentkv::cpu_few_tokens(); },
+      "The CPU backend's decode regime: calls of at most this many tokens stream the weights once "
+      "over every thread (weight columns split across them) instead of tiling the tokens.");
 }

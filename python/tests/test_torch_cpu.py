@@ -451,7 +451,8 @@ def test_module_in_bfloat16_on_cpu_takes_the_op_at_few_tokens(tokens):
     got, seen = _ops_seen(module, x)
     want = lt.reference_kv_proj(x, module.w_down, module.w_up_k, module.w_up_v, 2)
     assert got.dtype == torch.bfloat16
-    fused = tokens[0] * tokens[1] <= 6 and latentkv._C.cpu_bf16_isa() == "avx512-bf16"
+    fused = (tokens[0] * tokens[1] <= latentkv._C.cpu_few_tokens()
+             and latentkv._C.cpu_bf16_isa() == "avx512-bf16")
     assert any("latentkv" in name for name in seen) == fused, seen
     if not fused:
         assert torch.equal(got, want)
@@ -464,6 +465,11 @@ def test_module_in_bfloat16_on_cpu_takes_the_op_at_few_tokens(tokens):
 
 def test_cpu_bf16_isa_names_the_products():
     assert latentkv._C.cpu_bf16_isa() in ("avx512-bf16", "avx2")
+
+
+def test_cpu_few_tokens_is_the_bound_the_parametrization_straddles():
+    # The parametrization above holds calls of 6 and 7 tokens: the bound the library reports.
+    assert latentkv._C.cpu_few_tokens() == 6
 
 
 @pytest.mark.parametrize("dtype", [torch.float16])

@@ -16,6 +16,7 @@
 
 #include "cpu/bf16_dot.h"
 #include "cpu/elements.h"
+#include "cuda/tile_sizes.h"
 #include "testing.h"
 
 namespace latentkv::testing {
@@ -284,6 +285,9 @@ TEST(CpuIsa, Bf16DotProductsFollowTheCpuAndTheCap) {
   EXPECT_EQ(detail::bf16_dot_enabled(), cpu && !capped) << "LATENTKV_CPU_ISA=" << (isa ? isa : "");
   EXPECT_STREQ(cpu_bf16_isa(), cpu && !capped ? "avx512-bf16" : "avx2");
 }
+
+// The public bound of the CPU decode regime is the register tile the few-token split is built on.
+TEST(CpuIsa, FewTokensIsTheSplitsBound) { EXPECT_EQ(cpu_few_tokens(), detail::tiles::kCpuRows); }
 
 // The AVX512-BF16 product itself over the edges of its register tiles: rows 1..13 (whole groups of
 // 6 and every leftover count), odd and even k (the last pair half zero), column tails around its

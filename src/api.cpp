@@ -9,7 +9,7 @@
 
 #include "backends.h"
 #include "cpu/bf16_dot.h"
-#include "cuda/tile_sizes.h"
+#include "heuristics.h"
 #include "latentkv/latentkv.h"
 #include "validation.h"
 
@@ -119,7 +119,10 @@ Backend resolve_backend(Backend backend) {
 
 const char* cpu_bf16_isa() { return detail::bf16_dot_enabled() ? "avx512-bf16" : "avx2"; }
 
-int cpu_few_tokens() { return detail::tiles::kCpuRows; }
+int cpu_split_tokens(DType dtype) {
+  return static_cast<int>(
+      detail::cpu_blocked_split_tokens(dtype == DType::kBFloat16 && detail::bf16_dot_enabled()));
+}
 
 namespace {
 

@@ -288,14 +288,22 @@ inline int64_t cpu_blocked_split_latent_cols(int64_t rank, int threads) {
 }
 // cpu-blocked's few-token split: [K | V] columns per work item, kCpuSplitKvMaxCols halved (down
 // to kCpuSplitCols) while the 2 x ceil(kv_width / cols) items give a thread fewer than
-// kCpuSplitKvItemsPerThread (on 2 threads V3's 16384 columns run as 32 items of 1024).
-inline int64_t cpu_blocked_split_kv_cols(int64_t kv_width, int threads) {
+// kCpuSplitKvItemsPerThread (on 2 threads V3's 16384 columns run as 32 items of 1024), or while
+// `rows` rows of them overflow kCpuSplitPanelFloats (7-12 rows: 512 columns, 13-24 rows: 256).
+inline int64_t cpu_blocked_split_kv_cols(int64_t kv_width, int threads, int64_t rows) {
   int64_t cols = tiles::kCpuSplitKvMaxCols;
   while (cols > tiles::kCpuSplitCols &&
-         2 * ceil_div(kv_width, cols) < int64_t{tiles::kCpuSplitKvItemsPerThread} * threads) {
+         (2 * ceil_div(kv_width, cols) < int64_t{tiles::kCpuSplitKvItemsPerThread} * threads ||
+          rows * cols > tiles::kCpuSplitPanelFloats)) {
     cols /= 2;
   }
   return cols;
+}
+// cpu-blocked splits the weights' columns over the threads (instead of dealing out token tiles)
+// for calls of at most this many tokens: one token tile where the bf16 products run on
+// AVX512-BF16, one register tile otherwise (tile_sizes.h kCpuSplitDotMaxTokens says why).
+inline int64_t cpu_blocked_split_tokens(bool bf16_dot) {
+  return bf16_dot ? tiles::kCpuSplitDotMaxTokens : tiles::kCpuRows;
 }
 
 // The measured regions (problem only, no device query).

@@ -153,11 +153,12 @@ Backend resolve_backend(Backend backend);
 // where the CPU has AVX512-BF16 and the environment variable LATENTKV_CPU_ISA is not "avx2") or
 // "avx2" (bf16 widened to float32 FMAs). Decided once, at the first call that asks.
 const char* cpu_bf16_isa();
-// The CPU backend's decode regime: calls of at most this many tokens (B * S) split the weights'
-// columns over the threads, so each weight streams from memory once across all of them; more
-// tokens are dealt out to the threads in token tiles. (LatentKVProjection takes the op for bf16
-// on the CPU up to this bound, where the AVX512-BF16 products beat torch's.)
-int cpu_few_tokens();
+// The CPU backend's decode regime for `dtype`: calls of at most this many tokens (B * S) split
+// the weights' columns over the threads, so each weight streams from memory once across all of
+// them; more tokens are dealt out to the threads in token tiles. 24 for bf16 where cpu_bf16_isa()
+// says "avx512-bf16", else 6. (LatentKVProjection takes the op for bf16 on the CPU up to this
+// bound, where the AVX512-BF16 products beat torch's.)
+int cpu_split_tokens(DType dtype);
 
 // Bytes of args.workspace that the strategy run() would choose, given a workspace, needs (for
 // kAuto, also enough for the strategy it falls back to); 0 when it needs none (cuda-fused, the

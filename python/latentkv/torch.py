@@ -76,11 +76,12 @@ _op = torch.ops.latentkv.kv_proj.default
 _op_with_latent = torch.ops.latentkv.kv_proj_with_latent.default
 _is_grad_enabled = torch.is_grad_enabled
 # bf16 on the CPU, cpu-blocked against torch's own bf16 GEMMs (docs/perf.md, cpu-blocked): where
-# its products run on AVX512-BF16 dot products it is faster up to _CPU_FEW_TOKENS tokens (the
-# few-token split with its weights streamed: 1.1-1.7x at DeepSeek sizes, 10-15x at the founding
-# dims) and 0.75-0.9x past them from ~10 MFLOP up, so LatentKVProjection takes it only there.
-_CPU_FEW_TOKENS = _C.cpu_few_tokens()
-_CPU_BF16_DOT_PRODUCTS = _C.cpu_bf16_isa() == "avx512-bf16"
+# its products run on AVX512-BF16 dot products it is faster up to the bound of its column split
+# (24 tokens: each weight read once across the threads; 1.0-1.5x at DeepSeek sizes, 6-15x at the
+# founding dims) and about level past it, so LatentKVProjection takes it only there; with the
+# products widened to float32 (no AVX512-BF16), never.
+_CPU_BF16_OP_TOKENS = (_C.cpu_split_tokens("bfloat16") if _C.cpu_bf16_isa() == "avx512-bf16"
+                       else 0)
 
 
 def kv_proj(hidden, w_down, w_up_k, w_up_v, num_heads, *, latent_out=None):
@@ -158,8 +159,8 @@ class LatentKVProjection(nn.Module):
         w_down, w_up_k, w_up_v = params["w_down"], params["w_up_k"], params["w_up_v"]
         if (_is_grad_enabled() and (x.requires_grad or w_down.requires_grad
                                     or w_up_k.requires_grad or w_up_v.requires_grad)) or (
-                x.dtype == torch.bfloat16 and x.device.type == "cpu" and not (
-                    _CPU_BF16_DOT_PRODUCTS and x.shape[0] * x.shape[1] <= _CPU_FEW_TOKENS)):
+                x.dtype == torch.bfloat16 and x.device.type == "cpu"
+                and x.shape[0] * x.shape[1] > _CPU_BF16_OP_TOKENS):
             return reference_kv_proj(x, w_down, w_up_k, w_up_v, self.num_heads)
         return _op(x, w_down, w_up_k, w_up_v, self.num_heads)
 

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
 
 #include <cstdint>
 #include <new>
@@ -375,7 +376,17 @@ NB_MODULE(_C, m) {
       "The CPU backend's instructions for bf16 products here: 'avx512-bf16' (dot products) or "
       "'avx2' (widened to float32 FMAs; also where LATENTKV_CPU_ISA=avx2).");
   m.def(
-      "cpu_few_tokens", [] { return latentkv::cpu_few_tokens(); },
-      "The CPU backend's decode regime: calls of at most this many tokens stream the weights once "
-      "over every thread (weight columns split across them) instead of tiling the tokens.");
+      "cpu_split_tokens",
+      [](const std::string& dtype) {
+        for (latentkv::DType d : {latentkv::DType::kFloat32, latentkv::DType::kBFloat16,
+                                  latentkv::DType::kFloat16}) {
+          if (dtype == latentkv::to_string(d)) return latentkv::cpu_split_tokens(d);
+        }
+        throw nb::value_error(("dtype = '" + dtype +
+                               "' is not one of 'float32', 'bfloat16', 'float16'").c_str());
+      },
+      "dtype"_a,
+      "cpu_split_tokens(dtype) -> int\n\nThe CPU backend's decode regime for dtype ('float32', "
+      "'bfloat16' or 'float16'): calls of at most this many tokens stream the weights once over "
+      "every thread (weight columns split across them) instead of tiling the tokens.");
 }

@@ -440,18 +440,19 @@ def _ops_seen(module, x):
     return got, seen
 
 
-@pytest.mark.parametrize("tokens", [(1, 1), (2, 3), (1, 6), (1, 7), (2, 5)])
+@pytest.mark.parametrize("tokens", [(1, 1), (2, 3), (1, 7), (4, 6), (1, 24), (1, 25), (5, 5)])
 def test_module_in_bfloat16_on_cpu_takes_the_op_at_few_tokens(tokens):
-    # bf16 on the CPU: the op up to 6 tokens where cpu-blocked's products run on AVX512-BF16 (faster
-    # than torch's bf16 GEMMs there, docs/perf.md), within 2x the reference module's own error
-    # against float64; past 6 tokens, or without AVX512-BF16, exactly the reference module's math.
+    # bf16 on the CPU: the op up to 24 tokens where cpu-blocked's products run on AVX512-BF16
+    # (faster than torch's bf16 GEMMs there, docs/perf.md), within 2x the reference module's own
+    # error against float64; past 24 tokens, or without AVX512-BF16, exactly the reference
+    # module's math.
     torch.manual_seed(3)
     module = lt.LatentKVProjection(32, 8, 2, 4).to(torch.bfloat16)
     x = torch.randn(*tokens, 32).to(torch.bfloat16)
     got, seen = _ops_seen(module, x)
     want = lt.reference_kv_proj(x, module.w_down, module.w_up_k, module.w_up_v, 2)
     assert got.dtype == torch.bfloat16
-    fused = (tokens[0] * tokens[1] <= latentkv._C.cpu_few_tokens()
+    fused = (tokens[0] * tokens[1] <= latentkv._C.cpu_split_tokens("bfloat16")
              and latentkv._C.cpu_bf16_isa() == "avx512-bf16")
     assert any("latentkv" in name for name in seen) == fused, seen
     if not fused:
@@ -467,9 +468,15 @@ def test_cpu_bf16_isa_names_the_products():
     assert latentkv._C.cpu_bf16_isa() in ("avx512-bf16", "avx2")
 
 
-def test_cpu_few_tokens_is_the_bound_the_parametrization_straddles():
-    # The parametrization above holds calls of 6 and 7 tokens: the bound the library reports.
-    assert latentkv._C.cpu_few_tokens() == 6
+def test_cpu_split_tokens_are_the_bounds_the_parametrization_straddles():
+    # The parametrization above holds calls of 24 and 25 tokens: the bf16 bound the library
+    # reports on AVX512-BF16; every other case splits up to one register tile (6 tokens).
+    dot = latentkv._C.cpu_bf16_isa() == "avx512-bf16"
+    assert latentkv._C.cpu_split_tokens("bfloat16") == (24 if dot else 6)
+    assert latentkv._C.cpu_split_tokens("float32") == 6
+    assert latentkv._C.cpu_split_tokens("float16") == 6
+    with pytest.raises(ValueError, match="dtype = 'int8'"):
+        latentkv._C.cpu_split_tokens("int8")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16])

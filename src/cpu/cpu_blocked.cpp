@@ -14,8 +14,9 @@
 // tile streams stays in cache) and the latent over R (kRBlock), so the stack buffer has a fixed
 // size for any rank: a second R block adds its part to the K and V already written. Token tiles
 // are independent; a small persistent thread pool takes them when the problem is big enough to pay
-// for waking it. At a register tile's worth of tokens or fewer (decode) the pool splits the
-// weights' columns instead (run_split), so one token's call uses every core.
+// for waking it. At a register tile's worth of tokens or fewer (decode; a token tile's for bf16 on
+// AVX512-BF16) the pool splits the weights' columns instead (run_split), so one token's call uses
+// every core and each weight is read once across the threads.
 //
 // bf16 / fp16 (run_tile_half): the same micro-kernels read the weights in place, widening eight
 // elements at a time as they load them; a tile's hidden rows are widened one D block at a time; the
@@ -53,7 +54,6 @@ constexpr int kTileTokens = tiles::kCpuTileTokens;
 constexpr int64_t kDBlock = tiles::kCpuDBlock;
 constexpr int64_t kRBlock = tiles::kCpuRBlock;
 constexpr int64_t kUpPanel = tiles::kCpuUpPanel;
-constexpr int64_t kSplitKvMaxCols = tiles::kCpuSplitKvMaxCols;
 constexpr int64_t kStreamK = tiles::kCpuStreamK;
 
 // Vec8s per row of the register tile for `rows` rows (1..kRows).
@@ -410,18 +410,19 @@ void run_tile_item(const void* ctx, int64_t item) {
   }
 }
 
-// Few tokens (at most one register tile, T <= kRows) on more than one thread: token tiles cannot
-// spread, so the call runs in two phases over the weights' columns instead, each item all T tokens
-// x a block of columns: the latent [T, R] in one block of latent_cols a thread (rounded to the dtype
-// for bf16 / fp16; written to the latent output when asked), then [K | V] in blocks of kv_cols
-// (both heuristics.h).
+// Few tokens (heuristics.h cpu_blocked_split_tokens: at most one register tile, or one token tile
+// for bf16 on AVX512-BF16) on more than one thread: token tiles would spread badly or give every
+// thread its own read of all the weights, so the call runs in two phases over the weights' columns
+// instead, each item all T tokens x a block of columns: the latent [T, R] in one block of
+// latent_cols a thread (rounded to the dtype for bf16 / fp16; written to the latent output when
+// asked), then [K | V] in blocks of kv_cols (both heuristics.h).
 // The sums run in the same order as run_tile's (k ascending in one register lane), so the results
 // are the same bits as one thread's.
 struct SplitWork {
   const Problem* problem;
   const Args* args;
-  const float* hidden_rows[kRows];     // float32 rows: hidden in place, or widened (bf16 / fp16)
-  const uint16_t* hidden_bits[kRows];  // bf16 on AVX512-BF16: hidden in place (else unused)
+  const float* hidden_rows[kTileTokens];     // float32 rows: hidden in place, or widened
+  const uint16_t* hidden_bits[kTileTokens];  // bf16 on AVX512-BF16: hidden in place (else unused)
   float* latent;                       // [T, R] float32
   uint16_t* latent_bits;               // bf16 on AVX512-BF16: [T, R] bf16, else null
   int64_t latent_cols;                 // latent columns per item of the first phase
@@ -435,7 +436,7 @@ void split_latent_item(const SplitWork& w, int64_t item) {
   const int64_t r0 = item * w.latent_cols, count = std::min(w.latent_cols, p.rank - r0);
   const bool dot = w.latent_bits != nullptr;
   OutRows cols{{}, p.rank, p.rank};
-  uint16_t* bits[kRows] = {};
+  uint16_t* bits[kTileTokens] = {};
   for (int i = 0; i < rows; ++i) {
     cols.row[i] = w.latent + i * p.rank + r0;
     if (dot) bits[i] = w.latent_bits + i * p.rank + r0;
@@ -452,9 +453,9 @@ void split_kv_item(const SplitWork& w, int64_t item) {
   const int rows = static_cast<int>(p.tokens());
   const int64_t blocks = ceil_div(p.kv_width(), w.kv_cols);
   const int64_t n0 = item % blocks * w.kv_cols;
-  alignas(64) float panel[kRows * kSplitKvMaxCols];  // [rows, kv_cols]
-  const float* latent_rows[kRows] = {};
-  const uint16_t* bits_rows[kRows] = {};
+  alignas(64) float panel[tiles::kCpuSplitPanelFloats];  // [rows, kv_cols]
+  const float* latent_rows[kTileTokens] = {};
+  const uint16_t* bits_rows[kTileTokens] = {};
   OutRows panel_out{{}, w.kv_cols, w.kv_cols};
   for (int i = 0; i < rows; ++i) {
     latent_rows[i] = w.latent + i * p.rank;
@@ -483,9 +484,9 @@ Status run_cpu_blocked(const Problem& problem, const Args& args) {
       static_cast<double>(t) * (static_cast<double>(problem.model_dim) * problem.rank +
                                 2.0 * static_cast<double>(problem.rank) * problem.kv_width());
   const int threads = cpu_blocked_threads(fmas, cpu_threads_available());
-  const bool split = t <= kRows && threads > 1;
   const bool half = problem.dtype != DType::kFloat32;
   const bool dot = problem.dtype == DType::kBFloat16 && bf16_dot_enabled();
+  const bool split = t <= cpu_blocked_split_tokens(dot) && threads > 1;
   // Scratch kept by the caller's thread (grown to the largest call): the latent [T, R] in float32
   // for bf16 / fp16 or the split; its bf16 copy [T, R] on the AVX512-BF16 path, else the split's
   // widened hidden rows [T, D] for bf16 / fp16.
@@ -519,7 +520,7 @@ Status run_cpu_blocked(const Problem& problem, const Args& args) {
                    latent,
                    latent_bits,
                    cpu_blocked_split_latent_cols(problem.rank, threads),
-                   cpu_blocked_split_kv_cols(problem.kv_width(), threads)};
+                   cpu_blocked_split_kv_cols(problem.kv_width(), threads, t)};
     for (int i = 0; i < static_cast<int>(t); ++i) {
       const int64_t x = token_offset(int64_t{i}, problem.seq, args.hidden_stride_batch,
                                      args.hidden_stride_seq);

@@ -149,6 +149,18 @@ constexpr int kCpuStreamDotMaxRows = 2;
 static_assert(kCpuStreamK % 2 == 0, "blocks start at even k: vdpbf16ps pairs (k, k + 1)");
 constexpr int kCpuSplitKvMaxCols = 1024;
 constexpr int kCpuSplitKvItemsPerThread = 4;
+// bf16 on AVX512-BF16 splits the weights' columns up to one token tile (each weight then read
+// once across the threads, where token tiles give every thread its own read of all of them):
+// V2-Lite dims, weights from memory, 2 threads, us, token tiles / split (docs/perf.md,
+// cpu-blocked): T=12 695-1007 / 483-548, T=24 719-736 / 630-679, T=16 level, T=7-8 5-12% slower
+// (a 6-row tile and a streamed 1-2 row one on the two threads); V3 T=24 5585-6099 / 4805-5346;
+// T=32 slower again. The float32 and widening products run > kCpuRows rows as whole-k column
+// strips, which lose to token tiles there (V2-Lite T=8 float32 ~1150 / ~2000), so they split only
+// up to kCpuRows.
+constexpr int kCpuSplitDotMaxTokens = kCpuTileTokens;
+// The split's [K | V] panel on each thread's stack: [rows, kv_cols] floats (24 KB), so kv_cols
+// narrows as the rows grow past kCpuRows.
+constexpr int kCpuSplitPanelFloats = kCpuRows * kCpuSplitKvMaxCols;
 
 static_assert(kCpuTileTokens % kCpuRows == 0, "a token tile is a whole number of register tiles");
 static_assert(kDecodeStreamMaxTokens % kDecodeStreamMaxGroup == 0, "token groups split the limit");

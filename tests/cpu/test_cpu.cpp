@@ -169,7 +169,8 @@ TEST(CpuThreads, FewTokensSplitTheWeightColumns) {
 
 // A token's K, V and latent are the same bits whatever else the call holds: alone or with one more
 // (T = 1, 2: the few-token split), in a split of 6, and in token tiles (T = 13: 12 and a one-row
-// tile; T = 40: 24 and 16). Every dtype; D = 1500 and R = 200 leave partial blocks, N = 1800 takes
+// tile; T = 24: two of 12; T = 25: 18 and 7; T = 40: 24 and 16), or for bf16 on AVX512-BF16 in
+// splits of 13 and 24 rows (25: tiles again). Every dtype; D = 1500 and R = 200 leave partial blocks, N = 1800 takes
 // the split's wide [K | V] items. The sums' order depends only on k. (bf16 / fp16 outputs hide most
 // float32 accumulator differences in their rounding; CpuBf16Dot.RowsAreTheSameBitsInEveryTile checks
 // the bf16 products' accumulators themselves.)
@@ -204,7 +205,7 @@ TEST(CpuThreads, ATokensOutputsAreTheSameBitsInEveryCall) {
     call(whole.seq, &out40, &latent40);
     const size_t bytes = element_size(dtype);
     const size_t row = whole.kv_width() * bytes;  // one token's K (or V)
-    for (int64_t seq : {1, 2, 6, 13}) {
+    for (int64_t seq : {1, 2, 6, 13, 24, 25}) {
       SCOPED_TRACE("seq " + std::to_string(seq));
       std::vector<unsigned char> out, latent;
       call(seq, &out, &latent);
@@ -286,8 +287,14 @@ TEST(CpuIsa, Bf16DotProductsFollowTheCpuAndTheCap) {
   EXPECT_STREQ(cpu_bf16_isa(), cpu && !capped ? "avx512-bf16" : "avx2");
 }
 
-// The public bound of the CPU decode regime is the register tile the few-token split is built on.
-TEST(CpuIsa, FewTokensIsTheSplitsBound) { EXPECT_EQ(cpu_few_tokens(), detail::tiles::kCpuRows); }
+// The public bound of the CPU decode regime: one token tile for bf16 on AVX512-BF16, one register
+// tile for everything else.
+TEST(CpuIsa, SplitTokensFollowTheBf16Products) {
+  EXPECT_EQ(cpu_split_tokens(DType::kBFloat16),
+            detail::bf16_dot_enabled() ? detail::tiles::kCpuTileTokens : detail::tiles::kCpuRows);
+  EXPECT_EQ(cpu_split_tokens(DType::kFloat32), detail::tiles::kCpuRows);
+  EXPECT_EQ(cpu_split_tokens(DType::kFloat16), detail::tiles::kCpuRows);
+}
 
 // The AVX512-BF16 product itself over the edges of its register tiles: rows 1..13 (whole groups of
 // 6 and every leftover count), odd and even k (the last pair half zero), column tails around its

@@ -364,11 +364,26 @@ TEST(CpuBlockedHeuristics, ThreadsTokenTilesAndSplitColumns) {
   EXPECT_EQ(detail::cpu_blocked_split_latent_cols(512, 16), tiles::kCpuSplitCols);
   EXPECT_EQ(detail::cpu_blocked_split_latent_cols(200, 2), 128);
   EXPECT_EQ(detail::cpu_blocked_split_latent_cols(48, 4), tiles::kCpuSplitCols);
-  // V3 on 2 threads: K and V as 32 items of 1024 columns
-  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(128 * 128, 2), tiles::kCpuSplitKvMaxCols);
-  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(6 * 300, 2), 512);
-  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(6 * 300, 4), 256);
-  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(6 * 50, 2), tiles::kCpuSplitCols);
+  // V3 on 2 threads: K and V as 32 items of 1024 columns, narrower as the rows grow past 6 (the
+  // panel [rows, cols] within kCpuSplitPanelFloats)
+  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(128 * 128, 2, 1), tiles::kCpuSplitKvMaxCols);
+  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(128 * 128, 2, 6), tiles::kCpuSplitKvMaxCols);
+  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(128 * 128, 2, 7), 512);
+  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(128 * 128, 2, 12), 512);
+  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(128 * 128, 2, 24), 256);
+  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(6 * 300, 2, 6), 512);
+  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(6 * 300, 2, 16), 256);
+  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(6 * 300, 4, 1), 256);
+  EXPECT_EQ(detail::cpu_blocked_split_kv_cols(6 * 50, 2, 24), tiles::kCpuSplitCols);
+  for (int64_t rows = 1; rows <= tiles::kCpuSplitDotMaxTokens; ++rows) {
+    for (int threads = 1; threads <= 8; ++threads) {
+      const int64_t cols = detail::cpu_blocked_split_kv_cols(128 * 128, threads, rows);
+      ASSERT_EQ(cols % tiles::kCpuSplitCols, 0) << rows << " rows, " << threads << " threads";
+      ASSERT_LE(rows * cols, tiles::kCpuSplitPanelFloats) << rows << " rows, " << threads;
+    }
+  }
+  EXPECT_EQ(detail::cpu_blocked_split_tokens(true), tiles::kCpuTileTokens);
+  EXPECT_EQ(detail::cpu_blocked_split_tokens(false), tiles::kCpuRows);
 }
 
 }  // namespace

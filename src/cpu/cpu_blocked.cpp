@@ -186,33 +186,34 @@ void register_tile(const float* const* a, int64_t a_col, int i0, int64_t k_len, 
 // Rows [i0, i0 + kR) of the product below, column tile by column tile.
 template <typename W, int kR>
 void gemm_rows(const float* const* a, int64_t a_col, int i0, int64_t k_len, const W* w,
-               int64_t ldw, int64_t n, const OutRows& c, bool accumulate) {
-  for (int64_t n0 = 0; n0 < n; n0 += 8 * vecs_for_rows(kR)) {
+               int64_t ldw, int64_t n_begin, int64_t n, const OutRows& c, bool accumulate) {
+  for (int64_t n0 = n_begin; n0 < n; n0 += 8 * vecs_for_rows(kR)) {
     register_tile<W, kR>(a, a_col, i0, k_len, w, ldw, n0, n, c, accumulate);
   }
 }
 
-// c[0:rows, 0:n] = (accumulate ? c : 0) + a[0:rows, a_col : a_col + k_len] @ w[0:k_len, 0:n],
-// all of k. The whole kRows groups run inside each column panel, so a panel of w comes from memory
-// once per token tile and from cache for the other groups (streaming w per group instead made the
-// weight-bound deepseek-v3 case 2x slower); the rows left over take one narrower tile after.
+// c[0:rows, n_begin:n] = (accumulate ? c : 0) + a[0:rows, a_col : a_col + k_len] @
+// w[0:k_len, n_begin:n], all of k. The whole kRows groups run inside each column panel, so a panel
+// of w comes from memory once per token tile and from cache for the other groups (streaming w per
+// group instead made the weight-bound deepseek-v3 case 2x slower); the rows left over take one
+// narrower tile after.
 template <typename W>
 void all_columns(const float* const* a, int64_t a_col, int rows, int64_t k_len, const W* w,
-                 int64_t ldw, int64_t n, const OutRows& c, bool accumulate) {
+                 int64_t ldw, int64_t n_begin, int64_t n, const OutRows& c, bool accumulate) {
   const int whole = rows / kRows * kRows;
   if (whole > 0) {
-    for (int64_t n0 = 0; n0 < n; n0 += 8 * vecs_for_rows(kRows)) {
+    for (int64_t n0 = n_begin; n0 < n; n0 += 8 * vecs_for_rows(kRows)) {
       for (int i0 = 0; i0 < whole; i0 += kRows) {
         register_tile<W, kRows>(a, a_col, i0, k_len, w, ldw, n0, n, c, accumulate);
       }
     }
   }
   switch (rows - whole) {
-    case 1: gemm_rows<W, 1>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
-    case 2: gemm_rows<W, 2>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
-    case 3: gemm_rows<W, 3>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
-    case 4: gemm_rows<W, 4>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
-    case 5: gemm_rows<W, 5>(a, a_col, whole, k_len, w, ldw, n, c, accumulate); break;
+    case 1: gemm_rows<W, 1>(a, a_col, whole, k_len, w, ldw, n_begin, n, c, accumulate); break;
+    case 2: gemm_rows<W, 2>(a, a_col, whole, k_len, w, ldw, n_begin, n, c, accumulate); break;
+    case 3: gemm_rows<W, 3>(a, a_col, whole, k_len, w, ldw, n_begin, n, c, accumulate); break;
+    case 4: gemm_rows<W, 4>(a, a_col, whole, k_len, w, ldw, n_begin, n, c, accumulate); break;
+    case 5: gemm_rows<W, 5>(a, a_col, whole, k_len, w, ldw, n_begin, n, c, accumulate); break;
     default: break;
   }
   static_assert(kRows == 6, "the switch above covers 1..kRows-1 leftover rows");
@@ -222,18 +223,22 @@ void all_columns(const float* const* a, int64_t a_col, int rows, int64_t k_len, 
 // at most kRows tokens, so w streams from memory), w goes in blocks of kCpuStreamK rows, each
 // block across all n columns, instead of column tiles that each walk all of k (reading a few
 // dozen bytes from every row far apart): each row's columns are then read in one sweep, which the
-// hardware prefetchers follow. The accumulators pass through c as float32 between blocks, so the
-// sums and their order are the whole-k tiles': same bits.
+// hardware prefetchers follow. More rows over more than kCpuBlockCols columns (the up products of
+// a token tile) go in blocks of kCpuBlockCols columns x kCpuBlockK rows of w, so that the column
+// tiles that the row groups share walk at most kCpuBlockK rows. The accumulators pass through c as
+// float32 between blocks, so the sums and their order are the whole-k tiles': same bits.
 template <typename W>
 void gemm_tile(const float* const* a, int64_t a_col, int rows, int64_t k_len, const W* w,
                int64_t ldw, int64_t n, const OutRows& c, bool accumulate) {
-  if (rows > kRows) {
-    all_columns(a, a_col, rows, k_len, w, ldw, n, c, accumulate);
-    return;
-  }
-  for (int64_t k0 = 0; k0 < k_len; k0 += kStreamK) {
-    all_columns(a, a_col + k0, rows, std::min(kStreamK, k_len - k0), w + k0 * ldw, ldw, n, c,
-                accumulate || k0 > 0);
+  const bool stream = rows <= kRows;
+  const int64_t block_cols = stream || n <= tiles::kCpuBlockCols ? n : tiles::kCpuBlockCols;
+  const int64_t block_k =
+      stream ? kStreamK : n <= tiles::kCpuBlockCols ? std::max<int64_t>(k_len, 1) : tiles::kCpuBlockK;
+  for (int64_t n0 = 0; n0 < n; n0 += block_cols) {
+    for (int64_t k0 = 0; k0 == 0 || k0 < k_len; k0 += block_k) {
+      all_columns(a, a_col + k0, rows, std::min(block_k, k_len - k0), w + k0 * ldw, ldw, n0,
+                  std::min(n, n0 + block_cols), c, accumulate || k0 > 0);
+    }
   }
 }
 

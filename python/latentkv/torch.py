@@ -77,7 +77,7 @@ _op_with_latent = torch.ops.latentkv.kv_proj_with_latent.default
 _is_grad_enabled = torch.is_grad_enabled
 # bf16 on the CPU, cpu-blocked against torch's own bf16 GEMMs (docs/perf.md, cpu-blocked): where
 # its products run on AVX512-BF16 dot products it is faster up to the bound of its column split
-# (24 tokens: each weight read once across the threads; 1.0-1.5x at DeepSeek sizes, 6-15x at the
+# (24 tokens: each weight read once across the threads; 1.05-1.7x at DeepSeek sizes, 4-15x at the
 # founding dims) and about level past it, so LatentKVProjection takes it only there; with the
 # products widened to float32 (no AVX512-BF16), never.
 _CPU_BF16_OP_TOKENS = (_C.cpu_split_tokens("bfloat16") if _C.cpu_bf16_isa() == "avx512-bf16"

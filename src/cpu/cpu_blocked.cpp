@@ -231,11 +231,12 @@ template <typename W>
 void gemm_tile(const float* const* a, int64_t a_col, int rows, int64_t k_len, const W* w,
                int64_t ldw, int64_t n, const OutRows& c, bool accumulate) {
   const bool stream = rows <= kRows;
-  const int64_t block_cols = stream || n <= tiles::kCpuBlockCols ? n : tiles::kCpuBlockCols;
+  const bool blocked = !stream && n > tiles::kCpuBlockCols;
+  const int64_t block_cols = blocked ? tiles::kCpuBlockCols : n;
   const int64_t block_k =
-      stream ? kStreamK : n <= tiles::kCpuBlockCols ? std::max<int64_t>(k_len, 1) : tiles::kCpuBlockK;
+      stream ? kStreamK : blocked ? tiles::kCpuBlockK : std::max<int64_t>(k_len, 1);
   for (int64_t n0 = 0; n0 < n; n0 += block_cols) {
-    for (int64_t k0 = 0; k0 == 0 || k0 < k_len; k0 += block_k) {
+    for (int64_t k0 = 0; k0 == 0 || k0 < k_len; k0 += block_k) {  // once at k_len = 0: c = 0
       all_columns(a, a_col + k0, rows, std::min(block_k, k_len - k0), w + k0 * ldw, ldw, n0,
                   std::min(n, n0 + block_cols), c, accumulate || k0 > 0);
     }
@@ -428,10 +429,10 @@ struct SplitWork {
   const Args* args;
   const float* hidden_rows[kTileTokens];     // float32 rows: hidden in place, or widened
   const uint16_t* hidden_bits[kTileTokens];  // bf16 on AVX512-BF16: hidden in place (else unused)
-  float* latent;                       // [T, R] float32
-  uint16_t* latent_bits;               // bf16 on AVX512-BF16: [T, R] bf16, else null
-  int64_t latent_cols;                 // latent columns per item of the first phase
-  int64_t kv_cols;                     // [K | V] columns per item of the second phase
+  float* latent;                             // [T, R] float32
+  uint16_t* latent_bits;                     // bf16 on AVX512-BF16: [T, R] bf16, else null
+  int64_t latent_cols;                       // latent columns per item of the first phase
+  int64_t kv_cols;                           // [K | V] columns per item of the second phase
 };
 
 template <typename W>

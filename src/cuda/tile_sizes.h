@@ -145,16 +145,6 @@ constexpr int kCpuSplitCols = 64;
 // of 16: float32 V3 T=1 4300 / 3650, T=4 7760 / 4870, V2-Lite T=6 1745 / 1003; bf16 V3 T=1 ~2200
 // / ~1470.
 constexpr int kCpuStreamK = 16;
-// Products of more rows (a token tile's) over more than kCpuBlockCols columns (the float32 up
-// products, V3's 16384 columns) run in blocks of kCpuBlockCols columns x kCpuBlockK rows of w:
-// each 16-column tile that the tile's row groups share then walks 128 rows, not all of an R block
-// (256), whose rows 64 KB apart (V3) left it out of cache for the next group. Float32, weights
-// from memory, 2 threads, us, whole R block / 256 x 128 blocks (docs/perf.md, cpu-blocked): V3
-// T=16 20300-21400 / 11700-13500, T=24 ~22800 / 9500-10300, T=64 56800-61800 / 24700-25500 (eager
-// torch 14800-17400, 16800-18600, 25800-27900); V2-Lite T=16-256 level; 512 x 256 (columns
-// alone) gained nothing, 512 x 64 less than 128.
-constexpr int kCpuBlockCols = 256;
-constexpr int kCpuBlockK = 128;
 constexpr int kCpuStreamDotMaxRows = 2;
 static_assert(kCpuStreamK % 2 == 0, "blocks start at even k: vdpbf16ps pairs (k, k + 1)");
 constexpr int kCpuSplitKvMaxCols = 1024;
@@ -171,6 +161,16 @@ constexpr int kCpuSplitDotMaxTokens = kCpuTileTokens;
 // The split's [K | V] panel on each thread's stack: [rows, kv_cols] floats (24 KB), so kv_cols
 // narrows as the rows grow past kCpuRows.
 constexpr int kCpuSplitPanelFloats = kCpuRows * kCpuSplitKvMaxCols;
+// Products of more rows (a token tile's) over more than kCpuBlockCols columns (the float32 up
+// products, V3's 16384 columns) run in blocks of kCpuBlockCols columns x kCpuBlockK rows of w:
+// each 16-column tile that the tile's row groups share then walks 128 rows, not all of an R block
+// (256), whose rows 64 KB apart (V3) left it out of cache for the next group. Float32, weights
+// from memory, 2 threads, us, whole R block / 256 x 128 blocks (docs/perf.md, cpu-blocked): V3
+// T=16 20300-21400 / 11700-13500, T=24 ~22800 / 9500-10300, T=64 56800-61800 / 24700-25500 (eager
+// torch 14800-17400, 16800-18600, 25800-27900); V2-Lite T=16-256 level; 512 x 256 (columns
+// alone) gained nothing, 512 x 64 less than 128.
+constexpr int kCpuBlockCols = 256;
+constexpr int kCpuBlockK = 128;
 
 static_assert(kCpuTileTokens % kCpuRows == 0, "a token tile is a whole number of register tiles");
 static_assert(kDecodeStreamMaxTokens % kDecodeStreamMaxGroup == 0, "token groups split the limit");

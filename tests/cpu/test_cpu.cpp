@@ -170,10 +170,11 @@ TEST(CpuThreads, FewTokensSplitTheWeightColumns) {
 // A token's K, V and latent are the same bits whatever else the call holds: alone or with one more
 // (T = 1, 2: the few-token split), in a split of 6, and in token tiles (T = 13: 12 and a one-row
 // tile; T = 24: two of 12; T = 25: 18 and 7; T = 40: 24 and 16), or for bf16 on AVX512-BF16 in
-// splits of 13 and 24 rows (25: tiles again). Every dtype; D = 1500 and R = 200 leave partial blocks, N = 1800 takes
-// the split's wide [K | V] items. The sums' order depends only on k. (bf16 / fp16 outputs hide most
-// float32 accumulator differences in their rounding; CpuBf16Dot.RowsAreTheSameBitsInEveryTile checks
-// the bf16 products' accumulators themselves.)
+// splits of 13 and 24 rows (25: tiles again). Every dtype; D = 1500 and R = 200 leave partial
+// blocks, N = 1800 takes the split's wide [K | V] items and the token tiles' float32 up products'
+// column x k blocks. The sums' order depends only on k. (bf16 / fp16 outputs hide most float32
+// accumulator differences in their rounding; CpuBf16Dot.RowsAreTheSameBitsInEveryTile checks the
+// bf16 products' accumulators themselves.)
 TEST(CpuThreads, ATokensOutputsAreTheSameBitsInEveryCall) {
   const Problem whole = shape(1, 40, 1500, 200, 6, 300);
   const HostInputs in = random_inputs(whole, kSeed);
@@ -275,8 +276,9 @@ TEST(CpuElements, EightAtATimeRoundsAsTheToolkit) {
 }
 
 // cpu-blocked's bf16 products run on AVX512-BF16 where the CPU has it, unless LATENTKV_CPU_ISA=avx2
-// caps the instruction set (and the public cpu_bf16_isa() says which); ctest runs the half-type suites a second time under that cap
-// (latentkv_test_cpu_half_avx2), so both paths are tested on such a CPU.
+// caps the instruction set (and the public cpu_bf16_isa() says which); ctest runs the half-type
+// suites a second time under that cap (latentkv_test_cpu_half_avx2), so both paths are tested on
+// such a CPU.
 TEST(CpuIsa, Bf16DotProductsFollowTheCpuAndTheCap) {
   const char* isa = std::getenv("LATENTKV_CPU_ISA");
   const bool capped = isa != nullptr && std::string(isa) == "avx2";

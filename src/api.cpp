@@ -120,8 +120,7 @@ Backend resolve_backend(Backend backend) {
 const char* cpu_bf16_isa() { return detail::bf16_dot_enabled() ? "avx512-bf16" : "avx2"; }
 
 int cpu_split_tokens(DType dtype) {
-  return static_cast<int>(
-      detail::cpu_blocked_split_tokens(dtype == DType::kBFloat16 && detail::bf16_dot_enabled()));
+  return static_cast<int>(detail::cpu_blocked_split_tokens(detail::bf16_dot_takes(dtype)));
 }
 
 namespace {

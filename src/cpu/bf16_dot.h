@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "latentkv/latentkv.h"
+
 namespace latentkv::detail {
 
 // Whether cpu-blocked takes the bf16 products below: the CPU runs AVX512-BF16 (checked once) and
@@ -18,6 +20,10 @@ namespace latentkv::detail {
 // micro-kernels, which every x86-64-v3 CPU runs; the tests use it to cover both paths; other
 // values leave the choice to the CPU). Read once, at the first bf16 call.
 bool bf16_dot_enabled();
+// Whether a cpu-blocked call in `dtype` runs its products on the dot products below.
+inline bool bf16_dot_takes(DType dtype) {
+  return dtype == DType::kBFloat16 && bf16_dot_enabled();
+}
 
 // c[i][0:n] = (accumulate ? c[i][0:n] : 0) + sum_k a[i][k] * w[k * ldw + j]   (i < rows, j < n)
 // a: rows bf16 rows of k_len elements (any alignment); w: [k_len, n] bf16, row stride ldw;

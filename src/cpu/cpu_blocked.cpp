@@ -491,7 +491,7 @@ Status run_cpu_blocked(const Problem& problem, const Args& args) {
                                 2.0 * static_cast<double>(problem.rank) * problem.kv_width());
   const int threads = cpu_blocked_threads(fmas, cpu_threads_available());
   const bool half = problem.dtype != DType::kFloat32;
-  const bool dot = problem.dtype == DType::kBFloat16 && bf16_dot_enabled();
+  const bool dot = bf16_dot_takes(problem.dtype);
   const bool split = t <= cpu_blocked_split_tokens(dot) && threads > 1;
   // Scratch kept by the caller's thread (grown to the largest call): the latent [T, R] in float32
   // for bf16 / fp16 or the split; its bf16 copy [T, R] on the AVX512-BF16 path, else the split's

@@ -131,12 +131,13 @@ constexpr int kCpuRBlock = 256;
 // bf16 / fp16: K and V columns per float32 panel (24 x 256 floats on the stack, 24 KB), each
 // summed over all of R before it is rounded.
 constexpr int kCpuUpPanel = 256;
-// Few tokens (T <= kCpuRows) on several threads: weight columns per work item of each phase, in
-// whole blocks of kCpuSplitCols: the latent's R in one item a thread (on 2 threads R = 512 runs as
-// 2 items of 256), then [K | V]: up to 1024 (2 KB of each bf16 weight row per item, so a thread
-// streams long runs of each row), halved down to 64 until there are at least
-// kCpuSplitKvItemsPerThread items a thread (on 2 threads V3's [K | V] runs as 32 items of 1024,
-// V2-Lite's as 8 of 512). heuristics.h computes both.
+// Few tokens on several threads (the column split: T <= kCpuRows, or kCpuSplitDotMaxTokens for
+// bf16 on AVX512-BF16, below): weight columns per work item of each phase, in whole blocks of
+// kCpuSplitCols: the latent's R in one item a thread (on 2 threads R = 512 runs as 2 items of
+// 256), then [K | V]: up to 1024 (2 KB of each bf16 weight row per item, so a thread streams long
+// runs of each row), halved down to 64 until there are at least kCpuSplitKvItemsPerThread items a
+// thread (on 2 threads V3's [K | V] runs as 32 items of 1024, V2-Lite's as 8 of 512) and until
+// the rows' panel fits kCpuSplitPanelFloats. heuristics.h computes both.
 constexpr int kCpuSplitCols = 64;
 // Products of at most kCpuRows token rows stream w in blocks of this many rows, each across all
 // columns (cpu_blocked.cpp gemm_tile; bf16_dot.cpp at most kCpuStreamDotMaxRows rows: 3 and more

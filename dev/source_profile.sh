@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 name=$1 bench=$2 args=$3 kernel=$4
-ncu --clock-control none --sampling-interval 0 -k "regex:$kernel" -c 1 \
+ncu --clock-control none --warp-sampling-interval 0 -k "regex:$kernel" -c 1 \
   --section SourceCounters --section WarpStateStats --section InstructionStats \
   --section SpeedOfLight -f -o "$OUT/$name" $bench $args --iters 2 --warmup 0 --seconds 0.01 \
   > "$OUT/$name.ncu.log" 2>&1 || { tail -20 "$OUT/$name.ncu.log"; exit 1; }

@@ -5,7 +5,8 @@
 // runs:
 // - every load at kernel start: the hidden tile and w_down copied into shared memory by cp.async in
 //   coalesced 16-byte pieces (w_down's rows padded to a stride of 4 mod 8 floats, so the per-lane
-//   row reads below are conflict-free), the lane's rows of w_up into registers;
+//   row reads below are conflict-free), the lane's rows of w_up into registers, all addressed by
+//   running pointers (the copies' issue is on every block's critical path);
 // - down: lane l of warp w multiplies rows 32 i + l of the hidden tile and of w_down's columns
 //   [8 w, 8 w + 8) (4 tokens x 8 columns of partial sums), summed over the warp's lanes by a
 //   reduce-scatter of shuffles, one latent value written per lane; one barrier;
@@ -73,8 +74,11 @@ struct UpSplit {
 };
 
 // Block (x, y): tokens [4 x, 4 x + 4) and [K | V] columns [kBlockCols y, kBlockCols (y + 1)).
+// Two blocks fit an SM (<= 128 registers) so that the next call's blocks, launched as programmatic
+// dependents once these pass their wait, are resident beside them instead of queued behind them
+// (docs/perf.md, cuda-fused: one block an SM cost 0.2-0.45 us a call).
 template <int kBlockCols>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 2)
     kv_proj_fused_register_tiles(const __grid_constant__ FusedParamsBase p) {
   start_after_previous_kernel();
   using Up = UpSplit<kBlockCols>;
@@ -98,18 +102,28 @@ __global__ void __launch_bounds__(kThreads, 1)
                           : 0);
     copy16_async(hidden + j * kMaxModelDim + d, src, valid);
   }
-  // w_down: row-major 16-byte pieces, round_up(R, 8) / 4 a row (past R or D: zeros), thread tid
-  // taking pieces tid, tid + 256, ...
+  // w_down: 16-byte pieces in slots of kPieceSlots a row (R <= 64), so thread tid keeps slot
+  // tid % kPieceSlots and walks rows tid / kPieceSlots + kRowStep i: shifts and running
+  // pointers, no division or 64-bit multiply per piece. Slots past round_up(R, 8) / 4 copy
+  // nothing; pieces past R or rows past D are zeros.
   {
-    const int pieces = round_up(p.rank, kColsPerWarp) / 4;
-    int row = tid / pieces, piece = tid % pieces;
-    const int row_step = kThreads / pieces, piece_step = kThreads % pieces;
-    for (; row < rows; row += row_step, piece += piece_step) {
-      if (piece >= pieces) piece -= pieces, ++row;
-      if (row >= rows) break;
-      const bool valid = row < p.model_dim && 4 * piece < p.rank;
-      copy16_async(w_down + row * stride + 4 * piece,
-                   p.w_down + (valid ? int64_t{row} * p.w_down_stride + 4 * piece : 0), valid);
+    constexpr int kPieceSlots = kRankPadded / 4;
+    constexpr int kRowStep = kThreads / kPieceSlots;
+    const int piece = tid % kPieceSlots;
+    if (piece < round_up(p.rank, kColsPerWarp) / 4) {
+      const bool piece_in = 4 * piece < p.rank;
+      int row = tid / kPieceSlots;
+      float* dst = w_down + row * stride + 4 * piece;
+      const float* src = p.w_down + (piece_in ? row * p.w_down_stride + 4 * piece : 0);
+      const int64_t src_step = piece_in ? kRowStep * p.w_down_stride : 0;
+#pragma unroll
+      for (int i = 0; i < kMaxModelDim / kRowStep; ++i, row += kRowStep) {
+        if (row >= rows) break;
+        const bool valid = piece_in && row < p.model_dim;
+        copy16_async(dst, valid ? src : p.w_down, valid);
+        dst += kRowStep * stride;
+        src += src_step;
+      }
     }
   }
   // w_up: the lane's slice of R (slice_rows rows) of its 4-column group, into registers.
@@ -123,12 +137,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n0 = col0 - kv * p.kv_width;
   const float* up = (kv ? p.w_up_v : p.w_up_k) + (col_in ? n0 : 0);
   const int64_t up_stride = kv ? p.w_up_v_stride : p.w_up_k_stride;
+  // The slice's rows by a running pointer (no 64-bit multiply a row); rows past R are zeros.
+  const int r0 = slice * slice_rows;
+  const int up_rows = col_in ? max(0, min(slice_rows, p.rank - r0)) : 0;
+  const float* up_row = up + (up_rows > 0 ? r0 * up_stride : 0);
   float4 u[Up::kMaxSliceRows];
 #pragma unroll
-  for (int i = 0; i < Up::kMaxSliceRows; ++i) {
-    const int r = slice * slice_rows + i;
-    u[i] = col_in && i < slice_rows && r < p.rank ? load_vector<float4>(up + r * up_stride)
-                                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i = 0; i < Up::kMaxSliceRows; ++i, up_row += up_stride) {
+    u[i] = i < up_rows ? load_vector<float4>(up_row) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   wait_async_copies();
   __syncthreads();

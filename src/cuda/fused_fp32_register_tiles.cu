@@ -6,10 +6,12 @@
 // - every load at kernel start: the hidden tile and w_down copied into shared memory by cp.async in
 //   coalesced 16-byte pieces (w_down's rows padded to a stride of 4 mod 8 floats, so the per-lane
 //   row reads below are conflict-free), the lane's rows of w_up into registers, all addressed by
-//   running pointers (the copies' issue is on every block's critical path);
+//   running pointers (the copies' issue is on every block's critical path); the copies in two
+//   groups, the hidden tile with w_down's first 128 rows, then the rest;
 // - down: lane l of warp w multiplies rows 32 i + l of the hidden tile and of w_down's columns
-//   [8 w, 8 w + 8) (4 tokens x 8 columns of partial sums), summed over the warp's lanes by a
-//   reduce-scatter of shuffles, one latent value written per lane; one barrier;
+//   [8 w, 8 w + 8) (4 tokens x 8 columns of partial sums), the rows of the first group while the
+//   second is still arriving, summed over the warp's lanes by a reduce-scatter of shuffles, one
+//   latent value written per lane; one barrier;
 // - up, over the block's kBlockCols [K | V] columns: 256 (each quad of lanes one 4-column group,
 //   each lane 4 tokens over a quarter of R), or 32 at few tokens (each warp one 4-column group,
 //   each lane one token over an eighth of R) so that a 4-token tile spreads over 8 SMs, each
@@ -36,6 +38,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kTokens = tiles::kFusedRegisterTileTokens;
 constexpr int kMaxModelDim = tiles::kFusedRegisterTileMaxModelDim;
 constexpr int kRowsPerLane = kMaxModelDim / 32;                 // rows 32 i + lane of D
+constexpr int kHalfRows = kMaxModelDim / 2;                      // w_down's first copy group
 constexpr int kRankPadded = tiles::kFusedRegisterTileMaxRank;   // 64
 constexpr int kColsPerWarp = kRankPadded / kWarps;              // latent columns in the down
 constexpr int kWideCols = tiles::kFusedRegisterTileWideCols;    // [K | V] columns a block
@@ -109,21 +112,24 @@ __global__ void __launch_bounds__(kThreads, 2)
   {
     constexpr int kPieceSlots = kRankPadded / 4;
     constexpr int kRowStep = kThreads / kPieceSlots;
+    constexpr int kSteps = kMaxModelDim / kRowStep;
     const int piece = tid % kPieceSlots;
-    if (piece < round_up(p.rank, kColsPerWarp) / 4) {
-      const bool piece_in = 4 * piece < p.rank;
-      int row = tid / kPieceSlots;
-      float* dst = w_down + row * stride + 4 * piece;
-      const float* src = p.w_down + (piece_in ? row * p.w_down_stride + 4 * piece : 0);
-      const int64_t src_step = piece_in ? kRowStep * p.w_down_stride : 0;
+    const bool copies = piece < round_up(p.rank, kColsPerWarp) / 4;
+    const bool piece_in = 4 * piece < p.rank;
+    int row = tid / kPieceSlots;
+    float* dst = w_down + row * stride + 4 * piece;
+    const float* src = p.w_down + (piece_in ? row * p.w_down_stride + 4 * piece : 0);
+    const int64_t src_step = piece_in ? kRowStep * p.w_down_stride : 0;
 #pragma unroll
-      for (int i = 0; i < kMaxModelDim / kRowStep; ++i, row += kRowStep) {
-        if (row >= rows) break;
+    for (int i = 0; i < kSteps; ++i, row += kRowStep) {
+      // Every thread closes the first group (the hidden tile, rows < kHalfRows) at the same step.
+      if (i == kSteps / 2) commit_copies();
+      if (copies && row < rows) {
         const bool valid = piece_in && row < p.model_dim;
         copy16_async(dst, valid ? src : p.w_down, valid);
-        dst += kRowStep * stride;
-        src += src_step;
       }
+      dst += kRowStep * stride;
+      src += src_step;
     }
   }
   // w_up: the lane's slice of R (slice_rows rows) of its 4-column group, into registers.
@@ -146,7 +152,21 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int i = 0; i < Up::kMaxSliceRows; ++i, up_row += up_stride) {
     u[i] = i < up_rows ? load_vector<float4>(up_row) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  wait_async_copies();
+  // In the wide blocks, a use of u under a condition that never holds (T >= 0) keeps its loads
+  // here: without one, ptxas issues them after the copies' wait, a memory round trip later. (The
+  // narrow blocks' 8 rows a lane measured faster where ptxas puts them: docs/perf.md, cuda-fused.)
+  if constexpr (kBlockCols == kWideCols) {
+    if (p.tokens < 0) {
+      float any = 0.f;
+#pragma unroll
+      for (int i = 0; i < Up::kMaxSliceRows; ++i) any += u[i].x + u[i].y + u[i].z + u[i].w;
+      p.out[0] = any;
+    }
+  }
+  // Two copy groups: the hidden tile with w_down's first kHalfRows rows, then the rest; the down
+  // product's first half of rows runs while the second half is still arriving.
+  commit_copies();
+  wait_copies<1>();
   __syncthreads();
 
   // Down: the lane's rows 32 i + lane, then the sums over the warp's lanes; lane l ends with
@@ -155,10 +175,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   float v[kTokens * kColsPerWarp];  // [token][column]
 #pragma unroll
   for (int k = 0; k < kTokens * kColsPerWarp; ++k) v[k] = 0.f;
-  if (c0 < p.rank) {
+  const bool warp_in = c0 < p.rank;
 #pragma unroll
-    for (int i = 0; i < kRowsPerLane; ++i) {
-      if (32 * i >= p.model_dim) break;
+  for (int i = 0; i < kRowsPerLane; ++i) {
+    if (i == kHalfRows / 32) {
+      wait_copies<0>();
+      __syncthreads();
+    }
+    if (warp_in) {
+      if (32 * i >= p.model_dim) continue;
       const int d = 32 * i + lane;
       const float4 w0 = *reinterpret_cast<const float4*>(w_down + d * stride + c0);
       const float4 w1 = *reinterpret_cast<const float4*>(w_down + d * stride + c0 + 4);
@@ -172,6 +197,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         vj[6] = fmaf(x, w1.z, vj[6]), vj[7] = fmaf(x, w1.w, vj[7]);
       }
     }
+  }
+  if (warp_in) {
     reduce_scatter_level<16, 16>(v, lane);
     reduce_scatter_level<8, 8>(v, lane);
     reduce_scatter_level<4, 4>(v, lane);

@@ -79,7 +79,7 @@ struct UpSplit {
 // Block (x, y): tokens [4 x, 4 x + 4) and [K | V] columns [kBlockCols y, kBlockCols (y + 1)).
 // Two blocks fit an SM (<= 128 registers) so that the next call's blocks, launched as programmatic
 // dependents once these pass their wait, are resident beside them instead of queued behind them
-// (docs/perf.md, cuda-fused: one block an SM cost 0.2-0.45 us a call).
+// (docs/perf.md, cuda-fused: one block an SM cost up to 0.6 us a call in graph replay).
 template <int kBlockCols>
 __global__ void __launch_bounds__(kThreads, 2)
     kv_proj_fused_register_tiles(const __grid_constant__ FusedParamsBase p) {

@@ -38,7 +38,8 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kTokens = tiles::kFusedRegisterTileTokens;
 constexpr int kMaxModelDim = tiles::kFusedRegisterTileMaxModelDim;
 constexpr int kRowsPerLane = kMaxModelDim / 32;                 // rows 32 i + lane of D
-constexpr int kHalfRows = kMaxModelDim / 2;                      // w_down's first copy group
+constexpr int kCopyGroups = 2;  // w_down's rows in this many cp.async groups, kGroupRows each
+constexpr int kGroupRows = kMaxModelDim / kCopyGroups;
 constexpr int kRankPadded = tiles::kFusedRegisterTileMaxRank;   // 64
 constexpr int kColsPerWarp = kRankPadded / kWarps;              // latent columns in the down
 constexpr int kWideCols = tiles::kFusedRegisterTileWideCols;    // [K | V] columns a block
@@ -122,8 +123,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t src_step = piece_in ? kRowStep * p.w_down_stride : 0;
 #pragma unroll
     for (int i = 0; i < kSteps; ++i, row += kRowStep) {
-      // Every thread closes the first group (the hidden tile, rows < kHalfRows) at the same step.
-      if (i == kSteps / 2) commit_copies();
+      // Every thread closes group g (rows < kGroupRows (g + 1); the hidden tile in the first) at
+      // the same step.
+      if (i > 0 && i % (kSteps / kCopyGroups) == 0) commit_copies();
       if (copies && row < rows) {
         const bool valid = piece_in && row < p.model_dim;
         copy16_async(dst, valid ? src : p.w_down, valid);
@@ -163,10 +165,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       p.out[0] = any;
     }
   }
-  // Two copy groups: the hidden tile with w_down's first kHalfRows rows, then the rest; the down
-  // product's first half of rows runs while the second half is still arriving.
+  // The copy groups: the hidden tile with w_down's first kGroupRows rows, then kGroupRows more
+  // each; the down product's rows of a group run while the later groups are still arriving.
   commit_copies();
-  wait_copies<1>();
+  wait_copies<kCopyGroups - 1>();
   __syncthreads();
 
   // Down: the lane's rows 32 i + lane, then the sums over the warp's lanes; lane l ends with
@@ -178,8 +180,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const bool warp_in = c0 < p.rank;
 #pragma unroll
   for (int i = 0; i < kRowsPerLane; ++i) {
-    if (i == kHalfRows / 32) {
-      wait_copies<0>();
+    if (i > 0 && i % (kGroupRows / 32) == 0) {
+      wait_copies_pending(kCopyGroups - 1 - i / (kGroupRows / 32));
       __syncthreads();
     }
     if (warp_in) {

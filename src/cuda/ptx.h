@@ -73,6 +73,20 @@ __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 #endif
 }
+// wait_copies for a count known only after unrolling (a constant once the loop is unrolled, so the
+// switch folds away); counts past 7 wait for every group.
+__device__ __forceinline__ void wait_copies_pending(int pending) {
+  switch (pending) {
+    case 7: wait_copies<7>(); break;
+    case 6: wait_copies<6>(); break;
+    case 5: wait_copies<5>(); break;
+    case 4: wait_copies<4>(); break;
+    case 3: wait_copies<3>(); break;
+    case 2: wait_copies<2>(); break;
+    case 1: wait_copies<1>(); break;
+    default: wait_copies<0>(); break;
+  }
+}
 
 // Four 8x8 16-bit matrices from shared memory; lane l gives the address of row l % 8 of matrix
 // l / 8. The .trans form hands each thread a column pair instead of a row pair.

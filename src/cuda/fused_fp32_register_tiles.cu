@@ -40,6 +40,8 @@ constexpr int kMaxModelDim = tiles::kFusedRegisterTileMaxModelDim;
 constexpr int kRowsPerLane = kMaxModelDim / 32;                 // rows 32 i + lane of D
 constexpr int kCopyGroups = 2;  // w_down's rows in this many cp.async groups, kGroupRows each
 constexpr int kGroupRows = kMaxModelDim / kCopyGroups;
+static_assert(kGroupRows % 32 == 0 && kCopyGroups <= 8,
+              "a group holds whole 32-row steps of the down product; wait_copies_pending's range");
 constexpr int kRankPadded = tiles::kFusedRegisterTileMaxRank;   // 64
 constexpr int kColsPerWarp = kRankPadded / kWarps;              // latent columns in the down
 constexpr int kWideCols = tiles::kFusedRegisterTileWideCols;    // [K | V] columns a block

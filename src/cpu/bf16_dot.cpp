@@ -163,6 +163,56 @@ void all_columns(const uint16_t* const* a, int rows, int64_t k_len, const uint16
   static_assert(kRows == 6, "the switch above covers 1..kRows-1 leftover rows");
 }
 
+// The 16 lanes' sum in a fixed order (halves, quarters, pairs, lanes), in masked 512-bit forms:
+// _mm512_reduce_add_ps and the 512-to-256-bit casts expand to gcc 12 builtins with undefined
+// operands that -Wmaybe-uninitialized reports.
+LATENTKV_AVX512_BF16 inline float lane_sum(__m512 v) {
+  constexpr __mmask16 kAll = 0xFFFF;  // masked forms: every source defined
+  v = _mm512_add_ps(v, _mm512_mask_shuffle_f32x4(v, kAll, v, v, 0xEE));  // 256-bit halves
+  v = _mm512_add_ps(v, _mm512_mask_shuffle_f32x4(v, kAll, v, v, 0x01));  // 128-bit quarters
+  v = _mm512_add_ps(v, _mm512_mask_permute_ps(v, kAll, v, 0x4E));        // 64-bit pairs
+  v = _mm512_add_ps(v, _mm512_mask_permute_ps(v, kAll, v, 0xB1));        // lanes
+  return _mm512_cvtss_f32(v);
+}
+
+// Rows [0, kR) of a against rows [0, kC) of b (b's pointers past the caller's columns repeat its
+// last row; only [0, cols) is stored): per 32 k one zmm of each row and kR x kC vdpbf16ps, the k
+// tail by masked loads (nothing past a row is read), then each accumulator's 16 lanes summed.
+template <int kR, int kC>
+LATENTKV_AVX512_BF16 void dot_rows_tile(const uint16_t* const* a, const uint16_t* const* b,
+                                        int cols, int64_t k_len, bool accumulate, float* sums,
+                                        int64_t ld) {
+  __m512 acc[kR][kC];
+  for (int i = 0; i < kR; ++i) {
+    for (int j = 0; j < kC; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  const int64_t k32 = k_len / 32 * 32;
+  for (int64_t k = 0; k < k32; k += 32) {
+    __m512i bv[kC];
+    for (int j = 0; j < kC; ++j) bv[j] = _mm512_loadu_si512(b[j] + k);
+    for (int i = 0; i < kR; ++i) {
+      const __m512bh av = (__m512bh)_mm512_loadu_si512(a[i] + k);
+      for (int j = 0; j < kC; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, (__m512bh)bv[j]);
+    }
+  }
+  if (k32 < k_len) {
+    const __mmask32 tail = _cvtu32_mask32((1u << (k_len - k32)) - 1u);
+    __m512i bv[kC];
+    for (int j = 0; j < kC; ++j) bv[j] = _mm512_maskz_loadu_epi16(tail, b[j] + k32);
+    for (int i = 0; i < kR; ++i) {
+      const __m512bh av = (__m512bh)_mm512_maskz_loadu_epi16(tail, a[i] + k32);
+      for (int j = 0; j < kC; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, (__m512bh)bv[j]);
+    }
+  }
+  for (int i = 0; i < kR; ++i) {
+    for (int j = 0; j < kC && j < cols; ++j) {
+      const float sum = lane_sum(acc[i][j]);
+      float* out = sums + i * ld + j;
+      *out = accumulate ? *out + sum : sum;
+    }
+  }
+}
+
 }  // namespace
 
 bool bf16_dot_enabled() {
@@ -194,6 +244,28 @@ void gemm_bf16_dot(const uint16_t* const* a, int rows, int64_t k_len, const uint
     for (int i = 0; i < rows; ++i) a_block[i] = a[i] + k0;
     all_columns(a_block, rows, std::min(kStreamK, k_len - k0), w + k0 * ldw, ldw, n, prefetch, c,
                 accumulate || k0 > 0);
+  }
+}
+
+// Register tiles of 4 rows of a x 4 rows of b (16 zmm accumulators), the last 1-3 rows of a in a
+// narrower tile; b's rows in groups of 4 in the inner loop, so a tile's a rows stay in L1.
+void dot_rows_bf16(const uint16_t* const* a, int rows, const uint16_t* const* b, int cols,
+                   int64_t k_len, bool accumulate, float* sums, int64_t ld) {
+  constexpr int kC = 4;
+  for (int i0 = 0; i0 < rows; i0 += 4) {
+    const int tile_rows = std::min(4, rows - i0);
+    for (int j0 = 0; j0 < cols; j0 += kC) {
+      const uint16_t* b_tile[kC];
+      for (int j = 0; j < kC; ++j) b_tile[j] = b[std::min(j0 + j, cols - 1)];
+      float* out = sums + i0 * ld + j0;
+      const int n = cols - j0;
+      switch (tile_rows) {
+        case 4: dot_rows_tile<4, kC>(a + i0, b_tile, n, k_len, accumulate, out, ld); break;
+        case 3: dot_rows_tile<3, kC>(a + i0, b_tile, n, k_len, accumulate, out, ld); break;
+        case 2: dot_rows_tile<2, kC>(a + i0, b_tile, n, k_len, accumulate, out, ld); break;
+        default: dot_rows_tile<1, kC>(a + i0, b_tile, n, k_len, accumulate, out, ld); break;
+      }
+    }
   }
 }
 

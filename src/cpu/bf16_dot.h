@@ -1,6 +1,6 @@
-// cpu-blocked's bf16 products on CPUs with AVX512-BF16 (vdpbf16ps: 32 bf16 products summed into 16
-// float32 lanes per instruction, where the widening path does 8 FMAs after two widening
-// instructions). Why: torch's bf16 CPU GEMMs use these instructions, and the widening micro-kernels
+// The CPU backends' bf16 products on CPUs with AVX512-BF16 (vdpbf16ps: 32 bf16 products summed
+// into 16 float32 lanes per instruction, where the widening path does 8 FMAs after two widening
+// instructions): cpu-blocked's [k, n] weights and cpu-mla's nn.Linear rows. Why: torch's bf16 CPU GEMMs use these instructions, and the widening micro-kernels
 // ran at 0.4-0.7x of them from ~10 MFLOP up.
 //
 // Numerics: a product of two bf16 values is exact in float32; vdpbf16ps adds the pair (k, k + 1)
@@ -30,5 +30,13 @@ inline bool bf16_dot_takes(DType dtype) {
 // c: rows float32 rows of n contiguous elements. Call only where bf16_dot_enabled().
 void gemm_bf16_dot(const uint16_t* const* a, int rows, int64_t k_len, const uint16_t* w,
                    int64_t ldw, int64_t n, float* const* c, bool accumulate);
+
+// sums[i * ld + j] = (accumulate ? sums[i * ld + j] : 0) + sum_k a[i][k] * b[j][k] for i < rows,
+// j < cols: both operands rows of k_len bf16 elements contiguous along k (nn.Linear's weights:
+// cpu-mla's products), any alignment. Each (i, j) sums its pairs in 16 float32 lanes in k order,
+// then the lanes in a fixed order, so its bits depend on k_len and the values only (not on rows,
+// cols or the caller's split). Call only where bf16_dot_enabled().
+void dot_rows_bf16(const uint16_t* const* a, int rows, const uint16_t* const* b, int cols,
+                   int64_t k_len, bool accumulate, float* sums, int64_t ld);
 
 }  // namespace latentkv::detail

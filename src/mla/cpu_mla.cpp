@@ -17,7 +17,11 @@
 // ones converted into a second panel), and register tiles of 4 tokens x 3 weight rows accumulate
 // eight lanes of partial sums per pair in ymm registers, summed at the end of the panel in a fixed
 // order: results do not depend on the number of threads. A weight row comes from memory once per
-// 64 tokens; the token group's rows stay in L1 while the item's weight rows stream from L2.
+// 64 tokens; the token group's rows stay in L1 while the item's weight rows stream from L2. On
+// CPUs with AVX512-BF16, bf16 products skip the panels: both rows are read in place by vdpbf16ps
+// dot products (cpu/bf16_dot.h; kBoth's c rows, float32 holding bf16 values, copied to bf16 once),
+// as torch's own bf16 CPU GEMMs compute (docs/perf.md, cpu-mla: 1.7-2x the widening kernels at
+// 16-512 tokens, ~4x at one).
 //
 // Scratch: the caller's thread keeps the [T, width] stage-A rows and the row tables, each worker
 // its panels, grown to the largest call seen and kept (no allocation per call after that).
@@ -29,6 +33,7 @@
 #include <new>
 #include <vector>
 
+#include "cpu/bf16_dot.h"
 #include "cpu/elements.h"
 #include "cpu/thread_pool.h"
 #include "heuristics.h"
@@ -153,6 +158,17 @@ void gemm_item(const Gemm& g, int64_t item, const Store& store) {
   const int mt = static_cast<int>(std::min<int64_t>(kItemTokens, g.m_count - m0));
   const int nt = static_cast<int>(std::min<int64_t>(kItemRows, g.n_count - n0));
   Panels& p = thread_panels();
+  if (g.x_dtype == DType::kBFloat16 && g.w_dtype == DType::kBFloat16 &&
+      bf16_dot_takes(DType::kBFloat16)) {
+    // Both operands bf16 on AVX512-BF16: the rows read in place, dot products of pairs (bf16_dot.h).
+    const uint16_t* xb[kItemTokens];
+    const uint16_t* wb[kItemRows];
+    for (int i = 0; i < mt; ++i) xb[i] = static_cast<const uint16_t*>(g.x_rows[m0 + i]);
+    for (int j = 0; j < nt; ++j) wb[j] = reinterpret_cast<const uint16_t*>(g.w.row(n0 + j));
+    dot_rows_bf16(xb, mt, wb, nt, g.k, false, p.sums.data(), kItemRows);
+    for (int i = 0; i < mt; ++i) store(m0 + i, n0, p.sums.data() + i * kItemRows, nt);
+    return;
+  }
   const float* x[kItemTokens];
   const float* w[kItemRows];
   for (int64_t k0 = 0; k0 < g.k; k0 += kPanel) {
@@ -271,6 +287,7 @@ struct CallScratch {
   std::vector<const void*> x_rows;      // the GEMM's input rows
   std::vector<const void*> pe_rows;     // stage B: each row's k_pe (pe_dtype)
   std::vector<int64_t> tokens;          // stage B: each row's token
+  std::vector<uint16_t> c_bf16;         // stage B of kBoth on the bf16 dot products: c [T, R]
 };
 
 CallScratch& call_scratch() {
@@ -409,6 +426,19 @@ bool stage_b(const Call& c, CallScratch* s, int64_t stride) {
       }
     }
   });
+  if (x_dtype == DType::kFloat32 && bf16_dot_takes(p.dtype)) {
+    // kBoth's c rows hold bf16 values (stage A rounded them), so their bf16 copy is exact.
+    uint16_t* c_bf16 = s->c_bf16.data();
+    parallel_for((m + kEpilogueTokens - 1) / kEpilogueTokens, c.threads, [&](int64_t item) {
+      for (int64_t r = item * kEpilogueTokens; r < std::min(m, (item + 1) * kEpilogueTokens);
+           ++r) {
+        store_elements(c_bf16, r * p.kv_rank, DType::kBFloat16,
+                       static_cast<const float*>(s->x_rows[r]), p.kv_rank);
+        s->x_rows[r] = c_bf16 + r * p.kv_rank;
+      }
+    });
+    x_dtype = DType::kBFloat16;
+  }
   const Gemm g{m, p.kv_b_rows(), p.kv_rank, s->x_rows.data(), x_dtype,
                WeightRows{a.kv_b_weight, a.kv_b_weight_stride_row, p.kv_b_rows(), nullptr, 0,
                           c.eb},
@@ -459,6 +489,7 @@ Status run_mla_cpu(const MlaProblem& p, const MlaArgs& a) {
     grow(&s.x_rows, T);
     grow(&s.pe_rows, T);
     grow(&s.tokens, T);
+    if (p.stage == MlaStage::kBoth && bf16_dot_takes(p.dtype)) grow(&s.c_bf16, T * p.kv_rank);
     if (p.stage != MlaStage::kSecond) ok = stage_a(call, &s, width, stride);
     if (ok && p.stage != MlaStage::kFirst) ok = stage_b(call, &s, stride);
   } catch (const std::bad_alloc&) {

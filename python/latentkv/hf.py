@@ -16,7 +16,10 @@ where it stores expanded K/V (older releases), both stages run and the cache get
 The original forward runs instead whenever latentkv cannot compute the same thing: autograd
 recording (a parameter or the input requires grad and grad mode is on), attention biases, the two
 RMSNorms with different eps, a dtype other than float32/bfloat16/float16, a device other than cpu
-or cuda. Only public transformers names are used (the modeling modules' classes and functions).
+or cuda, and on the CPU a step of more tokens than latentkv's CPU backend is faster at (bf16 on
+AVX512-BF16 past 16, float32 past 128: torch's own GEMMs win there; latentkv.torch's
+_CPU_MLA_OP_ROWS). Stage B over a long latent cache on the CPU likewise runs torch's math.
+Only public transformers names are used (the modeling modules' classes and functions).
 """
 
 import sys
@@ -25,7 +28,8 @@ import types
 import torch
 import torch.nn.functional as F
 
-from .torch import cos_sin_from_freqs_cis, mla_kv, mla_kv_first_stage, mla_kv_second_stage
+from .torch import (_cpu_mla_prefers_torch, cos_sin_from_freqs_cis, mla_kv, mla_kv_first_stage,
+                    mla_kv_second_stage, reference_mla_kv_second_stage)
 
 __all__ = ["patch_model", "unpatch_model", "attention_classes"]
 
@@ -70,6 +74,8 @@ def _latentkv_can_run(attn, hidden_states):
     if attn.q_lora_rank is not None and (
             attn.q_a_proj.bias is not None
             or attn.q_a_layernorm.variance_epsilon != attn.kv_a_layernorm.variance_epsilon):
+        return False
+    if _cpu_mla_prefers_torch(hidden_states, hidden_states.shape[0] * hidden_states.shape[1]):
         return False
     return hidden_states.dtype in _DTYPES and hidden_states.device.type in ("cpu", "cuda")
 
@@ -120,8 +126,10 @@ def _mla_attention(attn, hidden_states, position_embeddings, attention_mask, cac
         c = rows[:, :rank].view(batch, 1, seq, rank)
         k_pe = rows[:, rank:].view(batch, 1, seq, rope_dim)
         c, k_pe = cache.update(c, k_pe, attn.layer_idx, kwargs=kwargs)
-        k, v = mla_kv_second_stage(attn.kv_b_proj.weight, attn.num_heads, latent=c[:, 0],
-                                   k_pe=k_pe[:, 0], **dims)
+        long_cache = _cpu_mla_prefers_torch(c, c.shape[0] * c.shape[2])
+        expand = reference_mla_kv_second_stage if long_cache else mla_kv_second_stage
+        k, v = expand(attn.kv_b_proj.weight, attn.num_heads, latent=c[:, 0], k_pe=k_pe[:, 0],
+                      **dims)
     else:
         out = mla_kv(hidden_states, *kv_a, attn.kv_b_proj.weight, attn.num_heads,
                      q_a_weight=q_a_weight, q_a_norm_weight=q_a_norm_weight, **dims, **rope)

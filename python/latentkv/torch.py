@@ -83,6 +83,23 @@ _is_grad_enabled = torch.is_grad_enabled
 _CPU_BF16_OP_TOKENS = (_C.cpu_split_tokens("bfloat16") if _C.cpu_bf16_isa() == "avx512-bf16"
                        else 0)
 
+# The CPU backend's MLA path against torch's own math (transformers' order) on a 2-core
+# AVX512-BF16 VM, V2-Lite dims, both stages (docs/perf.md, cpu-mla, 2026-12-06): bf16 on the dot
+# products 2.9x at one token, 1.17x at 16, 0.8x from 64; float32 1.44x at 64, 1.14x at 128, level
+# at 256, 0.9x at 512. Past these rows MLAKVProjection and latentkv.hf hand a CPU call (or its
+# stage B) to torch's math; fp16 (torch's CPU fp16 GEMMs are far slower) and bf16 on the widened
+# products (not measured against torch) stay with the op at every size.
+_CPU_MLA_OP_ROWS = {torch.float32: 128}
+if _C.cpu_bf16_isa() == "avx512-bf16":
+    _CPU_MLA_OP_ROWS[torch.bfloat16] = 16
+
+
+def _cpu_mla_prefers_torch(tensor, rows):
+    """Whether an MLA product over `rows` rows of `tensor`'s dtype runs faster in torch's own math
+    than in the CPU backend (the rule above); False on every other device."""
+    limit = _CPU_MLA_OP_ROWS.get(tensor.dtype)
+    return limit is not None and rows > limit and tensor.device.type == "cpu"
+
 
 def kv_proj(hidden, w_down, w_up_k, w_up_v, num_heads, *, latent_out=None):
     """latentkv.kv_proj for torch tensors: the registered op (traceable, capturable).
@@ -393,7 +410,9 @@ class MLAKVProjection(nn.Module):
 
     forward(hidden, cos=None, sin=None, *, positions=None, cos_sin_cache=None, kv_cache=None,
     slot_mapping=None) -> (k, v), or (k, v, q_a) with q_a_proj; see mla_kv. The fused op runs when
-    autograd records nothing, the reference math (transformers') otherwise.
+    autograd records nothing, the reference math (transformers') otherwise, and on the CPU past
+    the sizes where torch's own GEMMs are faster (bf16 on AVX512-BF16 past 16 tokens, float32 past
+    128).
     """
 
     def __init__(self, hidden_size, kv_lora_rank, qk_rope_head_dim, num_heads, qk_nope_head_dim,
@@ -444,7 +463,8 @@ class MLAKVProjection(nn.Module):
                else (None, None))
         grads = _is_grad_enabled() and (hidden.requires_grad or any(
             w is not None and w.requires_grad for w in weights + list(q_a)))
-        run = reference_mla_kv if grads else mla_kv
+        slower = _cpu_mla_prefers_torch(hidden, hidden.shape[0] * hidden.shape[1])
+        run = reference_mla_kv if grads or slower else mla_kv
         return run(hidden, *weights, self.num_heads, qk_nope_head_dim=self.qk_nope_head_dim,
                    v_head_dim=self.v_head_dim, cos=cos, sin=sin, positions=positions,
                    cos_sin_cache=cos_sin_cache, rope_style=self.rope_style, eps=self.eps,

@@ -66,3 +66,15 @@ def tiny_config(version, *, q_lora_rank=24, heads=3, kv_lora_rank=None, rope_int
         return transformers.DeepseekV3Config(rope_interleave=rope_interleave, n_group=1,
                                              topk_group=1, **common)
     return transformers.DeepseekV2Config(**common)
+
+
+def count_calls(monkeypatch, module, names):
+    """Wraps module.<name> for each name so that each call appends its name to the returned list
+    (the wrapped function still runs)."""
+    calls = []
+    for name in names:
+        def counting(*args, _name=name, _run=getattr(module, name), **kwargs):
+            calls.append(_name)
+            return _run(*args, **kwargs)
+        monkeypatch.setattr(module, name, counting)
+    return calls

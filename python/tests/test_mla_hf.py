@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 
 import latentkv.hf as hf  # noqa: E402
 import latentkv.torch as lt  # noqa: E402
-from mla_common import rel_error, tiny_config  # noqa: E402
+from mla_common import count_calls, rel_error, tiny_config  # noqa: E402
 
 # Logits go through two layers of attention, MoE and the LM head in float32: both sides round
 # differently at each step, so they agree to a few float32 ulps of the logits' scale, not 1e-5 of
@@ -122,12 +122,7 @@ def test_patched_forward_runs_latentkv(use_cache, ops, monkeypatch):
     cfg = tiny_config(3)
     model = transformers.DeepseekV3ForCausalLM(cfg).eval()
     hf.patch_model(model)
-    calls = []
-    for name in ("mla_kv", "mla_kv_first_stage", "mla_kv_second_stage"):
-        def counting(*args, _name=name, _op=getattr(hf, name), **kwargs):
-            calls.append(_name)
-            return _op(*args, **kwargs)
-        monkeypatch.setattr(hf, name, counting)
+    calls = count_calls(monkeypatch, hf, ("mla_kv", "mla_kv_first_stage", "mla_kv_second_stage"))
     with torch.no_grad():
         model(torch.randint(0, cfg.vocab_size, (1, 4)), use_cache=use_cache)
     assert calls == ops * cfg.num_hidden_layers
@@ -146,13 +141,8 @@ def test_patch_model_half_precision_on_cpu(version, dtype, monkeypatch):
     model = cls(cfg).eval()
     model.load_state_dict(model32.state_dict())
     model = model.to(dtype)
-    ids = torch.randint(0, cfg.vocab_size, (2, 9))
-    calls = []
-    for name in ("mla_kv", "mla_kv_first_stage"):
-        def counting(*args, _name=name, _op=getattr(hf, name), **kwargs):
-            calls.append(_name)
-            return _op(*args, **kwargs)
-        monkeypatch.setattr(hf, name, counting)
+    ids = torch.randint(0, cfg.vocab_size, (2, 8))  # 16 rows: the op's side of the CPU rule
+    calls = count_calls(monkeypatch, hf, ("mla_kv", "mla_kv_first_stage"))
     with torch.no_grad():
         exact = model32(ids).logits.double()
         unfused = model(ids).logits.double()
@@ -165,3 +155,28 @@ def test_patch_model_half_precision_on_cpu(version, dtype, monkeypatch):
     budget = 2 * rel_error(unfused, exact)
     assert rel_error(got, exact) <= budget
     assert rel_error(got_uncached, exact) <= budget
+
+
+def test_cpu_steps_past_the_rule_run_torchs_math(monkeypatch):
+    # On the CPU, float32 steps of more than 128 tokens run transformers' own forward (torch's
+    # GEMMs are faster there); the decode step after such a prompt runs stage A through latentkv
+    # and stage B, over the 130 cached rows, through torch's math. Logits as unpatched.
+    torch.manual_seed(7)
+    cfg = tiny_config(3)
+    model = transformers.DeepseekV3ForCausalLM(cfg).eval()
+    prompt = torch.randint(0, cfg.vocab_size, (1, 129))
+    greedy = {"attention_mask": torch.ones_like(prompt), "max_new_tokens": 2, "do_sample": False,
+              "output_logits": True, "return_dict_in_generate": True}
+    with torch.no_grad():
+        ref = model(prompt).logits
+        ref_gen = model.generate(prompt, **greedy)
+        hf.patch_model(model)
+        calls = count_calls(monkeypatch, hf, ("mla_kv", "mla_kv_first_stage", "mla_kv_second_stage",
+                                              "reference_mla_kv_second_stage"))
+        got = model(prompt).logits
+        assert calls == []
+        got_gen = model.generate(prompt, **greedy)  # the prompt's step, then one decode step
+    assert calls == ["mla_kv_first_stage", "reference_mla_kv_second_stage"] * cfg.num_hidden_layers
+    assert rel_error(got, ref) <= LOGITS_TOLERANCE
+    assert torch.equal(got_gen.sequences, ref_gen.sequences)
+    assert rel_error(got_gen.logits[1], ref_gen.logits[1]) <= LOGITS_TOLERANCE

@@ -10,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import latentkv.torch as lt  # noqa: E402
-from mla_common import FLOAT32_TOLERANCE, as_double, layer, rel_error, split_call  # noqa: E402
+from mla_common import (FLOAT32_TOLERANCE, as_double, count_calls, layer, rel_error,  # noqa: E402
+                        split_call)
 
 # (B, S, D, R, dr, H, dn, dv, Rq)
 SHAPES = [
@@ -230,6 +231,29 @@ def test_torch_compile_fullgraph():
     for g, r in zip(got, ref):
         assert torch.equal(g, r)
     assert torch.equal(cache, ref_cache)
+
+
+def test_cpu_rule_hands_long_steps_to_torch(monkeypatch):
+    # The rule's bounds (latentkv.torch._CPU_MLA_OP_ROWS), then MLAKVProjection on both sides of
+    # float32's: the op up to 128 tokens, transformers' math past them.
+    rule = lt._cpu_mla_prefers_torch
+    f32 = torch.empty(0)
+    assert not rule(f32, 128) and rule(f32, 129)
+    assert not rule(torch.empty(0, dtype=torch.float16), 1 << 20)
+    bf16 = torch.empty(0, dtype=torch.bfloat16)
+    if lt._C.cpu_bf16_isa() == "avx512-bf16":
+        assert not rule(bf16, 16) and rule(bf16, 17)
+    else:
+        assert not rule(bf16, 1 << 20)
+    assert not rule(torch.empty(0, device="meta"), 1 << 20)
+    module = lt.MLAKVProjection(16, 8, 4, 2, 4, 4)
+    calls = count_calls(monkeypatch, lt, ("mla_kv", "reference_mla_kv"))
+    with torch.no_grad():
+        for tokens in (128, 129):
+            hidden = torch.randn(1, tokens, 16)
+            angles = torch.rand(1, tokens, 2) * 6
+            module(hidden, torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1))
+    assert calls == ["mla_kv", "reference_mla_kv"]
 
 
 def test_module_loads_transformers_weights_and_falls_back_for_autograd():

@@ -75,13 +75,14 @@ def _kv_proj_with_latent_fake(hidden, w_down, w_up_k, w_up_v, num_heads, latent_
 _op = torch.ops.latentkv.kv_proj.default
 _op_with_latent = torch.ops.latentkv.kv_proj_with_latent.default
 _is_grad_enabled = torch.is_grad_enabled
+# Whether the CPU backend's bf16 products run on AVX512-BF16 dot products (read once).
+_CPU_BF16_DOTS = _C.cpu_bf16_isa() == "avx512-bf16"
 # bf16 on the CPU, cpu-blocked against torch's own bf16 GEMMs (docs/perf.md, cpu-blocked): where
 # its products run on AVX512-BF16 dot products it is faster up to the bound of its column split
 # (24 tokens: each weight read once across the threads; 1.05-1.7x at DeepSeek sizes, 4-15x at the
 # founding dims) and about level past it, so LatentKVProjection takes it only there; with the
 # products widened to float32 (no AVX512-BF16), never.
-_CPU_BF16_OP_TOKENS = (_C.cpu_split_tokens("bfloat16") if _C.cpu_bf16_isa() == "avx512-bf16"
-                       else 0)
+_CPU_BF16_OP_TOKENS = _C.cpu_split_tokens("bfloat16") if _CPU_BF16_DOTS else 0
 
 # The CPU backend's MLA path against torch's own math (transformers' order) on a 2-core
 # AVX512-BF16 VM, V2-Lite dims, both stages (docs/perf.md, cpu-mla, 2026-12-06): bf16 on the dot
@@ -90,7 +91,7 @@ _CPU_BF16_OP_TOKENS = (_C.cpu_split_tokens("bfloat16") if _C.cpu_bf16_isa() == "
 # stage B) to torch's math; fp16 (torch's CPU fp16 GEMMs are far slower) and bf16 on the widened
 # products (not measured against torch) stay with the op at every size.
 _CPU_MLA_OP_ROWS = {torch.float32: 128}
-if _C.cpu_bf16_isa() == "avx512-bf16":
+if _CPU_BF16_DOTS:
     _CPU_MLA_OP_ROWS[torch.bfloat16] = 16
 
 

@@ -415,6 +415,10 @@ bool stage_b(const Call& c, CallScratch* s, int64_t stride) {
     return c.batch_of(t) * a.v_stride_batch + c.seq_of(t) * a.v_stride_seq;
   };
   const DType pe_dtype = x_dtype;
+  // kBoth's c rows hold bf16 values (stage A rounded them): for the bf16 dot products they are
+  // copied to bf16 (exactly) in the same pass over the rows as K's k_pe columns.
+  uint16_t* c_bf16 =
+      x_dtype == DType::kFloat32 && bf16_dot_takes(p.dtype) ? s->c_bf16.data() : nullptr;
   parallel_for((m + kEpilogueTokens - 1) / kEpilogueTokens, c.threads, [&](int64_t item) {
     for (int64_t r = item * kEpilogueTokens; r < std::min(m, (item + 1) * kEpilogueTokens); ++r) {
       const int64_t base = k_row(tokens[r]) + p.nope_dim;
@@ -424,21 +428,14 @@ bool stage_b(const Call& c, CallScratch* s, int64_t stride) {
                         load_element(s->pe_rows[r], i, pe_dtype));
         }
       }
-    }
-  });
-  if (x_dtype == DType::kFloat32 && bf16_dot_takes(p.dtype)) {
-    // kBoth's c rows hold bf16 values (stage A rounded them), so their bf16 copy is exact.
-    uint16_t* c_bf16 = s->c_bf16.data();
-    parallel_for((m + kEpilogueTokens - 1) / kEpilogueTokens, c.threads, [&](int64_t item) {
-      for (int64_t r = item * kEpilogueTokens; r < std::min(m, (item + 1) * kEpilogueTokens);
-           ++r) {
+      if (c_bf16 != nullptr) {
         store_elements(c_bf16, r * p.kv_rank, DType::kBFloat16,
                        static_cast<const float*>(s->x_rows[r]), p.kv_rank);
         s->x_rows[r] = c_bf16 + r * p.kv_rank;
       }
-    });
-    x_dtype = DType::kBFloat16;
-  }
+    }
+  });
+  if (c_bf16 != nullptr) x_dtype = DType::kBFloat16;
   const Gemm g{m, p.kv_b_rows(), p.kv_rank, s->x_rows.data(), x_dtype,
                WeightRows{a.kv_b_weight, a.kv_b_weight_stride_row, p.kv_b_rows(), nullptr, 0,
                           c.eb},

@@ -6,11 +6,11 @@
 // - every load at kernel start: the hidden tile and w_down copied into shared memory by cp.async in
 //   coalesced 16-byte pieces (w_down's rows padded to a stride of 4 mod 8 floats, so the per-lane
 //   row reads below are conflict-free), the lane's rows of w_up into registers, all addressed by
-//   running pointers (the copies' issue is on every block's critical path); the copies in two
-//   groups, the hidden tile with w_down's first 128 rows, then the rest;
+//   running pointers (the copies' issue is on every block's critical path); the copies in four
+//   groups, the hidden tile with w_down's first 64 rows, then 64 rows each;
 // - down: lane l of warp w multiplies rows 32 i + l of the hidden tile and of w_down's columns
-//   [8 w, 8 w + 8) (4 tokens x 8 columns of partial sums), the rows of the first group while the
-//   second is still arriving, summed over the warp's lanes by a reduce-scatter of shuffles, one
+//   [8 w, 8 w + 8) (4 tokens x 8 columns of partial sums), each group's rows while the later
+//   groups are still arriving, summed over the warp's lanes by a reduce-scatter of shuffles, one
 //   latent value written per lane; one barrier;
 // - up, over the block's kBlockCols [K | V] columns: 256 (each quad of lanes one 4-column group,
 //   each lane 4 tokens over a quarter of R), or 32 at few tokens (each warp one 4-column group,
@@ -38,7 +38,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kTokens = tiles::kFusedRegisterTileTokens;
 constexpr int kMaxModelDim = tiles::kFusedRegisterTileMaxModelDim;
 constexpr int kRowsPerLane = kMaxModelDim / 32;                 // rows 32 i + lane of D
-constexpr int kCopyGroups = 2;  // w_down's rows in this many cp.async groups, kGroupRows each
+constexpr int kCopyGroups = 4;  // w_down's rows in this many cp.async groups, kGroupRows each
 constexpr int kGroupRows = kMaxModelDim / kCopyGroups;
 static_assert(kGroupRows % 32 == 0 && kCopyGroups <= 8,
               "a group holds whole 32-row steps of the down product; wait_copies_pending's range");

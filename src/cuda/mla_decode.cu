@@ -9,7 +9,8 @@
 // A K-block of 32 columns is one 16-byte load per thread: thread (g = lane / 4, q = lane % 4)
 // holds elements 8q .. 8q + 7 of row g, which the two k16 MMAs of the block read as their k pairs
 // {2q, 2q + 1, 2q + 8, 2q + 9} (any fixed permutation of k works when A and B use the same one).
-// Three launches, chained by programmatic dependent launch (sm_90; below it plain stream order):
+// Three launches, chained by programmatic dependent launch (sm_90; below it plain stream order),
+// K1 itself a programmatic dependent of the kernel before the call on small weights (heuristics.h):
 //   K1 mla_decode_stage_a      block = 64 weight rows of [q_a_weight; kv_a_weight] (a warp per
 //                              8) x one chunk of D (chunks so that <= 2 blocks per SM; 1 where K3
 //                              follows and stage A's weights are small, so a K3 block fits
@@ -295,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     mla_decode_stage_a(const __grid_constant__ DecodeParams p) {
   extern __shared__ uint4 smem_a[];
   T* x = reinterpret_cast<T*>(smem_a);  // [window, ld]: hidden[window, k_begin .. k_end)
-  allow_dependents();
+  start_after_previous_kernel();  // returns at once behind a plain launch
   const TokenWindow win = token_window(p, p.window_a, blockIdx.z);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, q = lane % 4;
@@ -1273,10 +1274,6 @@ Status vector_rows(const char* name, const void* base, int64_t stride, const cha
   return Status::Ok();
 }
 
-Status launch_error(const char* what) {
-  return cuda_status(cudaGetLastError(), what);
-}
-
 // K3's c and k_pe [16 kM, smem_ld(R) + dr] in shared memory: past 48 KB from two token tiles on
 // (64 x (544 + 64) x 2 B = 76 KB at T = 64, R = 512), so those variants opt in.
 template <typename T, int kM>
@@ -1495,8 +1492,8 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
   cudaLaunchConfig_t& config = launch_config.config;
 
   if (fused) {
-    // A plain cooperative launch (the grid-wide barrier needs every block resident), for the
-    // same reason K1 is never a programmatic one.
+    // A plain cooperative launch: the grid-wide barrier needs every block resident, and KA
+    // touches memory from its first instruction (it has no wait for the kernel before it).
     cudaLaunchAttribute cooperative{};
     cooperative.id = cudaLaunchAttributeCooperative;
     cooperative.val.cooperative = 1;
@@ -1515,12 +1512,14 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
     LATENTKV_RETURN_IF_ERROR(
         cuda_status(launched, "cudaLaunchKernelEx(mla_decode_fused_stage_a, cooperative)"));
   } else if (runs_first(p)) {
-    // K1 is a plain launch, never a programmatic one: it zeroes the arrivals and overwrites the
-    // partials at once, so whatever ran before it in the stream (the previous call's K2) is done.
-    const size_t smem_a = sizeof(T) * k.window_a * smem_ld(k.chunk);
-    mla_decode_stage_a<T, kMA>
-        <<<dim3(plan.row_groups, plan.chunks, windows_a), kThreads, smem_a, stream>>>(k);
-    LATENTKV_RETURN_IF_ERROR(launch_error("mla_decode_stage_a launch"));
+    // K1 waits for the kernel before it (the caller's, or the previous call's last) before it
+    // touches memory (the arrivals it zeroes, the partials it overwrites, the inputs); launched
+    // as its programmatic dependent where mla_decode_stage_a_programmatic, else a plain launch.
+    config.numAttrs = mla_decode_stage_a_programmatic(p.tokens(), int64_t{k.a_rows} * p.model_dim * eb) &&
+                      programmatic_launch_allowed<mla_decode_stage_a<T, kMA>>(facts->major);
+    config.gridDim = dim3(plan.row_groups, plan.chunks, windows_a);
+    config.dynamicSmemBytes = sizeof(T) * k.window_a * smem_ld(k.chunk);
+    LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_a<T, kMA>, k));
     config.dynamicSmemBytes = 0;
     if (k.whole_rows) {
       config.numAttrs =

@@ -194,7 +194,7 @@ TEST(MlaDecodeDispatch, SixteenTokensOrMoreInWindowsOnSmallWeights) {
 // the SMs); cuda-mla-decode's fold where stage B's blocks read at most 4 MB of partials (V2-Lite at
 // T = 1: 64 blocks x 8 chunks x 576 rows x 4 B; not V3: 512 x 15), and the whole-row K2 at no
 // more than two round trips of partial loads (V2-Lite's 8 chunks at 4 a trip; not V3's 15), and
-// its fused stage A where it measured faster.
+// its fused stage A and its programmatic K1 where they measured faster.
 TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_FALSE(detail::fused_use_one_token(0));
   EXPECT_TRUE(detail::fused_use_one_token(1));
@@ -241,6 +241,15 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(5, false, true, v3_kv));
   EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(1, false, false, v3_kv));
   EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(1, false, true, v2_lite_kv));
+  // K1 as a programmatic dependent of the kernel before the call: V2-Lite's 2.4 MB to 16 tokens;
+  // not past them (T=64 measured slower), not V3's 8.3 MB (T=16 slower).
+  EXPECT_TRUE(detail::mla_decode_stage_a_programmatic(1, v2_lite_kv));
+  EXPECT_TRUE(detail::mla_decode_stage_a_programmatic(16, v2_lite_kv));
+  EXPECT_FALSE(detail::mla_decode_stage_a_programmatic(17, v2_lite_kv));
+  EXPECT_FALSE(detail::mla_decode_stage_a_programmatic(1, v3_kv));
+  EXPECT_TRUE(detail::mla_decode_stage_a_programmatic(1, detail::kMlaDecodeFirstWideWeightBytes));
+  EXPECT_FALSE(
+      detail::mla_decode_stage_a_programmatic(1, detail::kMlaDecodeFirstWideWeightBytes + 1));
   // cuda-fused's register-tile configuration at the founding widths (2N = 256) on 132 SMs, at the
   // points measured on 2026-12-04: 32 columns a block for T in 3..16, 256 for 17..64 and
   // 265..528, the one-token configuration below and the streaming configuration between.

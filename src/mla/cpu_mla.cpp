@@ -99,14 +99,17 @@ void panel_rows(const float* const* x, const float* const* w, int i0, int nt, in
   }
 }
 
-// One worker's float32 panels (the item's token rows copied or converted, its bf16 / fp16 weight
-// rows converted) and sums, kept between calls.
+// One worker's sums and float32 panels (the item's token rows copied or converted, its bf16 /
+// fp16 weight rows converted), kept between calls; the panels are sized on the worker's first
+// item that needs them (the bf16 dot products read the rows in place).
 struct Panels {
   std::vector<float> x, w, sums;
-  Panels()
-      : x(static_cast<size_t>(kItemTokens * kPanel)),
-        w(static_cast<size_t>(kItemRows * kPanel)),
-        sums(static_cast<size_t>(kItemTokens * kItemRows)) {}
+  Panels() : sums(static_cast<size_t>(kItemTokens * kItemRows)) {}
+  void size_float_panels() {
+    if (!x.empty()) return;
+    x.resize(static_cast<size_t>(kItemTokens * kPanel));
+    w.resize(static_cast<size_t>(kItemRows * kPanel));
+  }
 };
 
 Panels& thread_panels() {
@@ -169,6 +172,7 @@ void gemm_item(const Gemm& g, int64_t item, const Store& store) {
     for (int i = 0; i < mt; ++i) store(m0 + i, n0, p.sums.data() + i * kItemRows, nt);
     return;
   }
+  p.size_float_panels();
   const float* x[kItemTokens];
   const float* w[kItemRows];
   for (int64_t k0 = 0; k0 < g.k; k0 += kPanel) {

@@ -16,7 +16,9 @@ cd "$(dirname "$0")/.."
 OUT0=${OUT:-$PWD/gpu-out}; L=$OUT0/l; mkdir -p "$L"
 trap 'tar -czf "$OUT0/logs.tgz" -C "$OUT0" l && rm -rf "$L"' EXIT
 W=/tmp/variants; rm -rf $W && mkdir -p $W/A
-git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C $W/A
+# (only the listed files that exist: the device's git index can name files removed since)
+git ls-files -co --exclude-standard | while read -r f; do [ -e "$f" ] && echo "$f"; done |
+  tar -cf - -T - | tar -xf - -C $W/A
 variants=(A)
 if [ -n "${AB_TAR:-}" ]; then mkdir -p $W/B && tar -xf "$AB_TAR" -C $W/B && variants+=(B); fi
 n=0

@@ -1515,8 +1515,9 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
     // K1 waits for the kernel before it (the caller's, or the previous call's last) before it
     // touches memory (the arrivals it zeroes, the partials it overwrites, the inputs); launched
     // as its programmatic dependent where mla_decode_stage_a_programmatic, else a plain launch.
-    config.numAttrs = mla_decode_stage_a_programmatic(p.tokens(), int64_t{k.a_rows} * p.model_dim * eb) &&
-                      programmatic_launch_allowed<mla_decode_stage_a<T, kMA>>(facts->major);
+    config.numAttrs =
+        mla_decode_stage_a_programmatic(p.tokens(), int64_t{k.a_rows} * p.model_dim * eb) &&
+        programmatic_launch_allowed<mla_decode_stage_a<T, kMA>>(facts->major);
     config.gridDim = dim3(plan.row_groups, plan.chunks, windows_a);
     config.dynamicSmemBytes = sizeof(T) * k.window_a * smem_ld(k.chunk);
     LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_a<T, kMA>, k));

@@ -1014,8 +1014,9 @@ Options decode_options(cudaStream_t stream) {
 // (its D = R + dr). A kernel of the second call that touched memory before the first call's
 // kernels had finished would read the NaN poison the rows start as (or clobber partials and
 // counters the first call still reads). cuda-mla-decode at T = 1, 4 and 16 (K1, a programmatic
-// dependent of the kernel before it, then the row epilogue on these small weights), eagerly and as one captured graph replayed twice; the
-// second call is checked against the float64 reference on the first's rows as read back.
+// dependent of the kernel before it, then the row epilogue on these small weights), eagerly and
+// as one captured graph replayed twice; the second call is checked against the float64 reference
+// on the first's rows as read back.
 TEST(MlaGpu, ACallReadsTheCacheRowsOfTheCallBefore) {
   SKIP_WITHOUT_CUDA_MLA();
   cudaStream_t stream = nullptr;

@@ -163,25 +163,41 @@ void all_columns(const uint16_t* const* a, int rows, int64_t k_len, const uint16
   static_assert(kRows == 6, "the switch above covers 1..kRows-1 leftover rows");
 }
 
-// The 16 lanes' sum in a fixed order (halves, quarters, pairs, lanes), in masked 512-bit forms:
-// _mm512_reduce_add_ps and the 512-to-256-bit casts expand to gcc 12 builtins with undefined
-// operands that -Wmaybe-uninitialized reports.
-LATENTKV_AVX512_BF16 inline float lane_sum(__m512 v) {
-  constexpr __mmask16 kAll = 0xFFFF;  // masked forms: every source defined
-  v = _mm512_add_ps(v, _mm512_mask_shuffle_f32x4(v, kAll, v, v, 0xEE));  // 256-bit halves
-  v = _mm512_add_ps(v, _mm512_mask_shuffle_f32x4(v, kAll, v, v, 0x01));  // 128-bit quarters
-  v = _mm512_add_ps(v, _mm512_mask_permute_ps(v, kAll, v, 0x4E));        // 64-bit pairs
-  v = _mm512_add_ps(v, _mm512_mask_permute_ps(v, kAll, v, 0xB1));        // lanes
-  return _mm512_cvtss_f32(v);
+// The four accumulators' sums of their 16 lanes, each in one fixed order (halves, quarters,
+// pairs, lanes), added into (accumulate) or stored to out[0, cols) (cols <= 4). The first two
+// steps take two accumulators' halves (then quarters) in one vector: 13 shuffles and adds where
+// four separate reductions take 32, each add the one a single reduction would do (same bits).
+// Masked 512-bit forms throughout: _mm512_reduce_add_ps and the 512-to-256-bit casts expand to
+// gcc 12 builtins with undefined operands that -Wmaybe-uninitialized reports.
+LATENTKV_AVX512_BF16 inline void lane_sums4(__m512 a, __m512 b, __m512 c, __m512 d, int cols,
+                                            bool accumulate, float* out) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  // [a's 8 half sums | b's 8]: lanes 0-7 a.lo + a.hi, 8-15 b.lo + b.hi.
+  const __m512 ab = _mm512_add_ps(_mm512_mask_shuffle_f32x4(a, kAll, a, b, 0x44),
+                                  _mm512_mask_shuffle_f32x4(a, kAll, a, b, 0xEE));
+  const __m512 cd = _mm512_add_ps(_mm512_mask_shuffle_f32x4(c, kAll, c, d, 0x44),
+                                  _mm512_mask_shuffle_f32x4(c, kAll, c, d, 0xEE));
+  // 128-bit lane q: accumulator q's 4 quarter sums (its first quarter plus its second).
+  __m512 v = _mm512_add_ps(_mm512_mask_shuffle_f32x4(ab, kAll, ab, cd, 0x88),
+                           _mm512_mask_shuffle_f32x4(ab, kAll, ab, cd, 0xDD));
+  v = _mm512_add_ps(v, _mm512_mask_permute_ps(v, kAll, v, 0x4E));  // 64-bit pairs
+  v = _mm512_add_ps(v, _mm512_mask_permute_ps(v, kAll, v, 0xB1));  // lanes
+  const __m512i first_lanes = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512 sums = _mm512_mask_permutexvar_ps(v, kAll, first_lanes, v);  // in lanes 0-3
+  const __mmask16 mask = static_cast<__mmask16>((1u << std::min(cols, 4)) - 1u);
+  const __m512 result =
+      accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(mask, out), sums) : sums;
+  _mm512_mask_storeu_ps(out, mask, result);
 }
 
 // Rows [0, kR) of a against rows [0, kC) of b (b's pointers past the caller's columns repeat its
 // last row; only [0, cols) is stored): per 32 k one zmm of each row and kR x kC vdpbf16ps, the k
-// tail by masked loads (nothing past a row is read), then each accumulator's 16 lanes summed.
+// tail by masked loads (nothing past a row is read), then each row's accumulators' lanes summed.
 template <int kR, int kC>
 LATENTKV_AVX512_BF16 void dot_rows_tile(const uint16_t* const* a, const uint16_t* const* b,
                                         int cols, int64_t k_len, bool accumulate, float* sums,
                                         int64_t ld) {
+  static_assert(kC == 4, "lane_sums4 reduces a row's four accumulators");
   __m512 acc[kR][kC];
   for (int i = 0; i < kR; ++i) {
     for (int j = 0; j < kC; ++j) acc[i][j] = _mm512_setzero_ps();
@@ -205,11 +221,7 @@ LATENTKV_AVX512_BF16 void dot_rows_tile(const uint16_t* const* a, const uint16_t
     }
   }
   for (int i = 0; i < kR; ++i) {
-    for (int j = 0; j < kC && j < cols; ++j) {
-      const float sum = lane_sum(acc[i][j]);
-      float* out = sums + i * ld + j;
-      *out = accumulate ? *out + sum : sum;
-    }
+    lane_sums4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], cols, accumulate, sums + i * ld);
   }
 }
 

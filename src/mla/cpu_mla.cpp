@@ -292,6 +292,7 @@ struct CallScratch {
   std::vector<const void*> pe_rows;     // stage B: each row's k_pe (pe_dtype)
   std::vector<int64_t> tokens;          // stage B: each row's token
   std::vector<uint16_t> c_bf16;         // stage B of kBoth on the bf16 dot products: c [T, R]
+  std::vector<unsigned char> k_pe;      // stage B: k_pe rows [T, dr] rounded to the dtype
 };
 
 CallScratch& call_scratch() {
@@ -423,14 +424,20 @@ bool stage_b(const Call& c, CallScratch* s, int64_t stride) {
   // copied to bf16 (exactly) in the same pass over the rows as K's k_pe columns.
   uint16_t* c_bf16 =
       x_dtype == DType::kFloat32 && bf16_dot_takes(p.dtype) ? s->c_bf16.data() : nullptr;
+  // K's k_pe columns: the row in the dtype (rounded once where it is stage A's float32 row),
+  // then copied into every head.
+  const int64_t pe_bytes = p.rope_dim * c.eb;
   parallel_for((m + kEpilogueTokens - 1) / kEpilogueTokens, c.threads, [&](int64_t item) {
     for (int64_t r = item * kEpilogueTokens; r < std::min(m, (item + 1) * kEpilogueTokens); ++r) {
-      const int64_t base = k_row(tokens[r]) + p.nope_dim;
+      const void* pe = s->pe_rows[r];
+      if (pe_dtype != p.dtype) {  // stage A's float32 row
+        unsigned char* rounded = s->k_pe.data() + r * pe_bytes;
+        store_elements(rounded, 0, p.dtype, static_cast<const float*>(pe), p.rope_dim);
+        pe = rounded;
+      }
+      char* k_pe_columns = static_cast<char*>(a.k) + (k_row(tokens[r]) + p.nope_dim) * c.eb;
       for (int64_t h = 0; h < p.heads; ++h) {
-        for (int64_t i = 0; i < p.rope_dim; ++i) {
-          store_element(a.k, base + h * a.k_stride_head + i, p.dtype,
-                        load_element(s->pe_rows[r], i, pe_dtype));
-        }
+        std::memcpy(k_pe_columns + h * a.k_stride_head * c.eb, pe, static_cast<size_t>(pe_bytes));
       }
       if (c_bf16 != nullptr) {
         store_elements(c_bf16, r * p.kv_rank, DType::kBFloat16,
@@ -491,6 +498,7 @@ Status run_mla_cpu(const MlaProblem& p, const MlaArgs& a) {
     grow(&s.pe_rows, T);
     grow(&s.tokens, T);
     if (p.stage == MlaStage::kBoth && bf16_dot_takes(p.dtype)) grow(&s.c_bf16, T * p.kv_rank);
+    if (p.stage != MlaStage::kFirst) grow(&s.k_pe, T * p.rope_dim * call.eb);
     if (p.stage != MlaStage::kSecond) ok = stage_a(call, &s, width, stride);
     if (ok && p.stage != MlaStage::kFirst) ok = stage_b(call, &s, stride);
   } catch (const std::bad_alloc&) {

@@ -351,13 +351,13 @@ bool stage_a(const Call& c, CallScratch* s, int64_t width, int64_t stride) {
         float* q = row + cw;
         rmsnorm(q, a.q_a_norm_weight, p.q_rank, p.eps, p.dtype);
         const int64_t base = b * a.q_a_stride_batch + sq * a.q_a_stride_seq;
-        for (int64_t i = 0; i < p.q_rank; ++i) store_element(a.q_a, base + i, p.dtype, q[i]);
+        store_elements(a.q_a, base, p.dtype, q, p.q_rank);
       }
       if (a.kv_cache != nullptr) {
         const int64_t slot = cache_slot(a, b, sq, t);
         if (slot >= 0) {
           const int64_t base = slot * a.kv_cache_stride_slot;
-          for (int64_t i = 0; i < cw; ++i) store_element(a.kv_cache, base + i, p.dtype, row[i]);
+          store_elements(a.kv_cache, base, p.dtype, row, cw);
         }
       }
     }

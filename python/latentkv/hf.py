@@ -17,7 +17,7 @@ The original forward runs instead whenever latentkv cannot compute the same thin
 recording (a parameter or the input requires grad and grad mode is on), attention biases, the two
 RMSNorms with different eps, a dtype other than float32/bfloat16/float16, a device other than cpu
 or cuda, and on the CPU a step of more tokens than latentkv's CPU backend is faster at (bf16 on
-AVX512-BF16 past 16, float32 past 128: torch's own GEMMs win there; latentkv.torch's
+AVX512-BF16 past 32, float32 past 128: torch's own GEMMs win there; latentkv.torch's
 _CPU_MLA_OP_ROWS). Stage B over a long latent cache on the CPU likewise runs torch's math.
 Only public transformers names are used (the modeling modules' classes and functions).
 """

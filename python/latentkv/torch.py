@@ -86,13 +86,13 @@ _CPU_BF16_OP_TOKENS = _C.cpu_split_tokens("bfloat16") if _CPU_BF16_DOTS else 0
 
 # The CPU backend's MLA path against torch's own math (transformers' order) on a 2-core
 # AVX512-BF16 VM, V2-Lite dims, both stages (docs/perf.md, cpu-mla, 2026-12-06): bf16 on the dot
-# products 2.9x at one token, 1.17x at 16, 0.8x from 64; float32 1.44x at 64, 1.14x at 128, level
-# at 256, 0.9x at 512. Past these rows MLAKVProjection and latentkv.hf hand a CPU call (or its
+# products 3.2x at one token, 1.4x at 16, 1.13-1.25x at 24, 1.14-1.18x at 32, 0.86-1.07x at 48,
+# 0.89x at 64; float32 1.44x at 64, 1.14x at 128, level at 256, 0.9x at 512. Past these rows MLAKVProjection and latentkv.hf hand a CPU call (or its
 # stage B) to torch's math; fp16 (torch's CPU fp16 GEMMs are far slower) and bf16 on the widened
 # products (not measured against torch) stay with the op at every size.
 _CPU_MLA_OP_ROWS = {torch.float32: 128}
 if _CPU_BF16_DOTS:
-    _CPU_MLA_OP_ROWS[torch.bfloat16] = 16
+    _CPU_MLA_OP_ROWS[torch.bfloat16] = 32
 
 
 def _cpu_mla_prefers_torch(tensor, rows):
@@ -412,7 +412,7 @@ class MLAKVProjection(nn.Module):
     forward(hidden, cos=None, sin=None, *, positions=None, cos_sin_cache=None, kv_cache=None,
     slot_mapping=None) -> (k, v), or (k, v, q_a) with q_a_proj; see mla_kv. The fused op runs when
     autograd records nothing, the reference math (transformers') otherwise, and on the CPU past
-    the sizes where torch's own GEMMs are faster (bf16 on AVX512-BF16 past 16 tokens, float32 past
+    the sizes where torch's own GEMMs are faster (bf16 on AVX512-BF16 past 32 tokens, float32 past
     128).
     """
 

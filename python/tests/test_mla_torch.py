@@ -242,7 +242,7 @@ def test_cpu_rule_hands_long_steps_to_torch(monkeypatch):
     assert not rule(torch.empty(0, dtype=torch.float16), 1 << 20)
     bf16 = torch.empty(0, dtype=torch.bfloat16)
     if lt._C.cpu_bf16_isa() == "avx512-bf16":
-        assert not rule(bf16, 16) and rule(bf16, 17)
+        assert not rule(bf16, 32) and rule(bf16, 33)
     else:
         assert not rule(bf16, 1 << 20)
     assert not rule(torch.empty(0, device="meta"), 1 << 20)

@@ -292,7 +292,7 @@ struct CallScratch {
   std::vector<const void*> pe_rows;     // stage B: each row's k_pe (pe_dtype)
   std::vector<int64_t> tokens;          // stage B: each row's token
   std::vector<uint16_t> c_bf16;         // stage B of kBoth on the bf16 dot products: c [T, R]
-  std::vector<unsigned char> k_pe;      // stage B: k_pe rows [T, dr] rounded to the dtype
+  std::vector<unsigned char> k_pe;      // stage B of kBoth: k_pe rows [T, dr] in the dtype
 };
 
 CallScratch& call_scratch() {
@@ -498,7 +498,7 @@ Status run_mla_cpu(const MlaProblem& p, const MlaArgs& a) {
     grow(&s.pe_rows, T);
     grow(&s.tokens, T);
     if (p.stage == MlaStage::kBoth && bf16_dot_takes(p.dtype)) grow(&s.c_bf16, T * p.kv_rank);
-    if (p.stage != MlaStage::kFirst) grow(&s.k_pe, T * p.rope_dim * call.eb);
+    if (p.stage == MlaStage::kBoth) grow(&s.k_pe, T * p.rope_dim * call.eb);  // stage A left float32 rows
     if (p.stage != MlaStage::kSecond) ok = stage_a(call, &s, width, stride);
     if (ok && p.stage != MlaStage::kFirst) ok = stage_b(call, &s, stride);
   } catch (const std::bad_alloc&) {

@@ -498,7 +498,7 @@ Status run_mla_cpu(const MlaProblem& p, const MlaArgs& a) {
     grow(&s.pe_rows, T);
     grow(&s.tokens, T);
     if (p.stage == MlaStage::kBoth && bf16_dot_takes(p.dtype)) grow(&s.c_bf16, T * p.kv_rank);
-    if (p.stage == MlaStage::kBoth) grow(&s.k_pe, T * p.rope_dim * call.eb);  // stage A left float32 rows
+    if (p.stage == MlaStage::kBoth) grow(&s.k_pe, T * p.rope_dim * call.eb);
     if (p.stage != MlaStage::kSecond) ok = stage_a(call, &s, width, stride);
     if (ok && p.stage != MlaStage::kFirst) ok = stage_b(call, &s, stride);
   } catch (const std::bad_alloc&) {

@@ -218,9 +218,14 @@ void rmsnorm(float* x, const void* gamma, int64_t n, float eps, DType dtype) {
   float sum = 0.0f;
   for (int64_t i = 0; i < n; ++i) sum += x[i] * x[i];
   const float scale = 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = round_to(load_element(gamma, i, dtype) * (x[i] * scale), dtype);
+  constexpr int64_t kChunk = 64;  // gamma widened a chunk at a time, the products rounded per row
+  float g[kChunk];
+  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    const int64_t count = std::min(kChunk, n - i0);
+    to_float(static_cast<const char*>(gamma) + i0 * element_size(dtype), dtype, count, g);
+    for (int64_t i = 0; i < count; ++i) x[i0 + i] = g[i] * (x[i0 + i] * scale);
   }
+  round_row(x, n, dtype, nullptr);
 }
 
 // One pair of RoPE: inputs (in0, in1) go to outputs (out0, out1) with the outputs' cos and sin.
@@ -271,9 +276,11 @@ void rope(const MlaProblem& p, const MlaArgs& a, int64_t b, int64_t s, const flo
       c1 = load_element(a.cos, row + q.out1, rd);
       s1 = load_element(a.sin, row + q.out1, rd);
     }
+    // Fused multiply-adds written out, as the CUDA kernels compute them (mla_rope.h): the same
+    // bits whatever contraction the compiler would choose for a * b + c * d.
     const float x0 = in[q.in0], x1 = in[q.in1];
-    out[q.out0] = round_to(x0 * c0 - x1 * s0, p.dtype);
-    out[q.out1] = round_to(x1 * c1 + x0 * s1, p.dtype);
+    out[q.out0] = round_to(std::fma(x0, c0, -x1 * s0), p.dtype);
+    out[q.out1] = round_to(std::fma(x1, c1, x0 * s1), p.dtype);
   }
 }
 

@@ -101,12 +101,10 @@ inline int mla_decode_stage_a_window_tiles(int64_t tokens) {
 // cuda-mla-decode's K1 as a programmatic dependent of the kernel before the call (its blocks
 // resident and through their launch while that kernel ends; every memory access still after it)
 // at one token tile (T <= kMlaDecodeMaxTokens) on stage-A weights of at most
-// kMlaDecodeFirstWideWeightBytes; elsewhere a plain launch. H100, 2026-12-06, same call,
-// programmatic / plain, us: V2-Lite (2.4 MB) whole path T=1 8.94 / 9.40, T=16 10.73 / 10.84,
-// first stage T=1 5.62 / 5.97, T=16 5.85 / 6.17, but whole T=64 14.46 / 14.08; V3 kv (8.3 MB)
-// whole T=1 22.36 / 22.49, T=16 24.90 / 24.31, first stage T=16 8.95 / 8.80 (H200, session 26:
-// V3 first stage T=16 8.07 / 7.79). A guess, not profiled: wide K1 grids launched early hold SM
-// slots the previous call's last kernel still uses.
+// kMlaDecodeFirstWideWeightBytes, where it measured 0.1-0.46 us faster (V2-Lite's 2.4 MB);
+// elsewhere a plain launch: past 16 tokens and on V3's 8.3 MB it was slower (docs/perf.md,
+// cuda-fused's programmatic launches). A guess, not profiled: wide K1 grids launched early hold
+// SM slots the previous call's last kernel still uses.
 inline bool mla_decode_stage_a_programmatic(int64_t tokens, int64_t stage_a_weight_bytes) {
   return tokens <= kMlaDecodeMaxTokens && stage_a_weight_bytes <= kMlaDecodeFirstWideWeightBytes;
 }

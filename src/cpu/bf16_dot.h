@@ -1,7 +1,8 @@
 // The CPU backends' bf16 products on CPUs with AVX512-BF16 (vdpbf16ps: 32 bf16 products summed
 // into 16 float32 lanes per instruction, where the widening path does 8 FMAs after two widening
-// instructions): cpu-blocked's [k, n] weights and cpu-mla's nn.Linear rows. Why: torch's bf16 CPU GEMMs use these instructions, and the widening micro-kernels
-// ran at 0.4-0.7x of them from ~10 MFLOP up.
+// instructions): cpu-blocked's [k, n] weights and cpu-mla's nn.Linear rows. Why: torch's bf16 CPU
+// GEMMs use these instructions, and the widening micro-kernels ran at 0.4-0.7x of them from ~10
+// MFLOP up.
 //
 // Numerics: a product of two bf16 values is exact in float32; vdpbf16ps adds the pair (k, k + 1)
 // into the float32 accumulator with round to nearest even, and treats bf16 subnormal inputs and

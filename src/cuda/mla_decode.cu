@@ -112,6 +112,7 @@ constexpr int kStageBStep = kStageBLoads<kM, kRing> * kKBlock;
 constexpr int kMaxRank = 1024;     // c [16, R + pad] in shared memory beside k_pe (< 48 KB)
 constexpr int kSlice = kThreads;   // K2: one row per thread
 constexpr int kMaxClusterSlices = 16;  // K2's slices per token as one cluster (non-portable: sm_90)
+constexpr int kMaxPortableCluster = 8;  // K1's chunks as one cluster (the window fold)
 constexpr int kMaxRopeDim = kThreads;  // K2's k_pe slice is one block
 constexpr int kBlocksPerSm = 2;    // K1's and K3's target (launch bounds allow two)
 // K3's blocks per SM (launch bounds and grid): the ring's 4, so that a fresh kv_b stream has the
@@ -179,6 +180,8 @@ struct DecodeParams {
   bool whole_rows;       // K2 is the whole-row epilogue, one block per token
   bool cluster_norm;     // K2's slices of a token are one thread-block cluster (sm_90)
   bool fold;             // K3 runs it itself (mla_decode_fold_epilogue): no K2 launch
+  bool window_fold;      // no K2 either: K1's clusters sum the chunks into ckv and K3 runs the
+                         // row epilogue of every token of its window (mla_decode_window_fold)
   bool pair_stores;      // K3 stores two adjacent outputs as one 32-bit word (store_kv_pair)
   bool from_stage_a;     // c and k_pe from e.latent / pe_out, else:
   bool c_vectors, pe_vectors;  // every token's c (k_pe) source row is whole 16-byte vectors
@@ -290,6 +293,48 @@ __device__ __forceinline__ const T* stage_a_row(const DecodeParams& p, int n) {
   return nullptr;
 }
 
+// K1's sums without the partials (window_fold; sm_90): the launcher makes the chunks of a row group
+// and window one cluster (rank = chunk), each block's values go to its own shared memory
+// (`own` [window][64 rows], over the hidden chunk once every warp is past its MMAs), and after a
+// cluster barrier each block sums its share of the (token, row) values over the chunks in chunk
+// order from 0, as K2's sum_chunk_partials does (the same bits), into ckv [T, rows_ld].
+template <int kM>
+__device__ __forceinline__ void sum_chunks_in_cluster(const DecodeParams& p, const TokenWindow& win,
+                                                      const Acc<kM, 1>& acc, float* own) {
+  constexpr int kGroupRows = kWarps * kTileRows;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, q = lane % 4;
+  __syncthreads();  // every warp is past its reads of the hidden chunk
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    const int t0 = m * kMTile + g, t1 = t0 + 8;
+    float* row0 = own + t0 * kGroupRows + warp * kTileRows + 2 * q;
+    float* row1 = own + t1 * kGroupRows + warp * kTileRows + 2 * q;
+    if (t0 < win.count) {
+      row0[0] = acc.value(m, 0);
+      row0[1] = acc.value(m, 1);
+    }
+    if (t1 < win.count) {
+      row1[0] = acc.value(m, 2);
+      row1[1] = acc.value(m, 3);
+    }
+  }
+  cluster_arrive();  // this block's values, released to the cluster
+  cluster_wait();
+  const int first_row = blockIdx.x * kGroupRows;
+  for (int e = blockIdx.y * kThreads + threadIdx.x; e < win.count * kGroupRows;
+       e += p.chunks * kThreads) {
+    const int t = e / kGroupRows, r = e - t * kGroupRows;
+    float x = 0.f;
+    for (int c = 0; c < p.chunks; ++c) x += load_cluster_shared_float(own + e, c);
+    if (first_row + r < p.rows_ld) {
+      p.ckv[static_cast<int64_t>(win.begin + t) * p.rows_ld + first_row + r] = x;
+    }
+  }
+  cluster_arrive();  // done reading the others' values: they may exit once everyone is
+  cluster_wait();
+}
+
 // K1. Block (row group x, chunk y); warp w takes rows (8x + w) * 8 .. + 8; kM token tiles.
 template <typename T, int kM>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
@@ -339,6 +384,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     mma_step<T, kStageALoads<kM>, kM>(acc, x, ld, win.count, k1, k_begin, k_end, g, q, wb);
   }
 
+  if (p.window_fold) {
+    sum_chunks_in_cluster<kM>(p, win, acc, reinterpret_cast<float*>(smem_a));
+    return;
+  }
   if (tile * kTileRows >= p.rows_ld) return;
   // Tile m: tokens 16m + g (values 0, 1) and 16m + g + 8 (2, 3) x rows 2q, 2q + 1 of the tile.
   float* out = p.partials +
@@ -376,10 +425,17 @@ __device__ __forceinline__ Slice slice_of(const DecodeParams& p, int s) {
   return {2, begin, begin + p.rope_dim, s, 1};
 }
 
-// Sum over the block (every thread gets it); red [kWarps] is reused after a barrier.
-__device__ __forceinline__ float block_sum(float v, float* red) {
+// Sum over the warp by a butterfly (every lane gets the same bits).
+__device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sum over the block (every thread gets it): the warps' sums added in warp order from 0; red
+// [kWarps] is reused after a barrier.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  v = warp_sum(v);
   __syncthreads();  // red's previous use is over
   if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
   __syncthreads();
@@ -545,6 +601,18 @@ __device__ __forceinline__ void sum_chunk_partials(const DecodeParams& p, int t,
   }
 }
 
+// This thread's sum of squares of its c rows (x[j]: row threadIdx.x + j * kThreads) in j order:
+// the row epilogue's and the window fold's (one expression: the same bits; a test compares them).
+template <int kRows>
+__device__ __forceinline__ float row_squares(const DecodeParams& p, const float (&x)[kRows]) {
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    if (threadIdx.x + j * kThreads < p.kv_rank) ss += x[j] * x[j];
+  }
+  return ss;
+}
+
 // Token t's c into c [R] and k_pe into pe [dr] (shared or global memory, rounded to T), and both
 // into the cache row (null: none), from the chunk partials of its [c | k_pe] rows (after q_a's
 // q_rows, which only the fused stage A has here); x_pe [2 dr] and red [kWarps] are shared scratch.
@@ -555,12 +623,8 @@ __device__ __forceinline__ void row_epilogue(const DecodeParams& p, const RowEpi
   const int width = p.kv_rank + p.rope_dim;
   float x[kRowEpilogueRows];
   sum_chunk_partials<kRowEpilogueRows, kBatch>(p, t, p.q_rows, width, x);
-  float ss = 0.f;
-#pragma unroll
-  for (int j = 0; j < kRowEpilogueRows; ++j) {
-    if (threadIdx.x + j * kThreads < p.kv_rank) ss += x[j] * x[j];
-  }
-  const float inv = rsqrtf(block_sum(ss, red) / static_cast<float>(p.kv_rank) + p.e.eps);
+  const float inv =
+      rsqrtf(block_sum(row_squares(p, x), red) / static_cast<float>(p.kv_rank) + p.e.eps);
 #pragma unroll
   for (int j = 0; j < kRowEpilogueRows; ++j) {
     const int n = threadIdx.x + j * kThreads;
@@ -583,6 +647,131 @@ __device__ __forceinline__ void row_epilogue(const DecodeParams& p, const RowEpi
     const T y = from_float<T>(x_pe[p.rope_dim + threadIdx.x]);
     if (pe != nullptr) pe[threadIdx.x] = y;
     if (cache != nullptr) cache[p.kv_rank + threadIdx.x] = y;
+  }
+}
+
+// The window fold (window_fold: K3 without K2 before it): each K3 block runs the row epilogue of
+// every token of its window (at most one token tile) from K1's cluster sums in ckv, kFoldTokens
+// tokens a pass, every load of a pass in flight at once. Each token's sum of squares is the row
+// epilogue's (row_squares, warp_sum, the warps in order), so c, k_pe and the cache row have the
+// bits K2 gives them. The first block of each window writes the window's cache rows.
+constexpr int kFoldTokens = 8;  // x 3 rows a thread: the fold's 24 registers beside K3's weights
+
+// Its shared memory after K3's c and k_pe (byte offsets in K3's dynamic shared memory): each
+// token's RoPE pair angles [window][dr / 2], a pass's k_pe before and after RoPE
+// [kFoldTokens][2 dr], its warps' sums of squares [kFoldTokens][kWarps], each token's position
+// check [window].
+struct WindowFoldLayout {
+  int64_t angles, pe, red, ok, bytes;
+};
+
+LATENTKV_HD WindowFoldLayout window_fold_layout(int64_t window, int64_t c_ld,
+                                                int64_t rope_dim, int64_t eb) {
+  WindowFoldLayout l{};
+  l.angles = round_up<int64_t>(eb * window * (c_ld + rope_dim), 16);
+  l.pe = l.angles + 16 * window * (rope_dim / 2);
+  l.red = l.pe + 4 * kFoldTokens * 2 * rope_dim;
+  l.ok = l.red + 4 * kFoldTokens * kWarps;
+  l.bytes = l.ok + 4 * window;
+  return l;
+}
+
+struct WindowFoldShared {
+  float4* angles;  // [window][dr / 2]: (ca, sa, cb, sb)
+  float* pe;       // [kFoldTokens][2 dr]
+  float* red;      // [kFoldTokens][kWarps]
+  int* ok;         // [window]
+};
+
+__device__ __forceinline__ WindowFoldShared window_fold_shared(void* smem, const DecodeParams& p,
+                                                               int c_ld, int eb) {
+  const WindowFoldLayout l = window_fold_layout(p.window_b, c_ld, p.rope_dim, eb);
+  char* base = static_cast<char*>(smem);
+  return {reinterpret_cast<float4*>(base + l.angles), reinterpret_cast<float*>(base + l.pe),
+          reinterpret_cast<float*>(base + l.red), reinterpret_cast<int*>(base + l.ok)};
+}
+
+// The window's RoPE angles into shared memory (before K3's wait: stage A writes none of it).
+template <typename RopeT>
+__device__ __forceinline__ void window_fold_angles(const DecodeParams& p, const TokenWindow& win,
+                                                   const WindowFoldShared& s) {
+  const int half = p.rope_dim / 2;
+  for (int i = threadIdx.x; i < win.count * half; i += kThreads) {
+    const int t = i / half, j = i - t * half;
+    const RopeAngles<RopeT> a = rope_angles<RopeT>(p.e, win.begin + t);
+    const PairAngles c = rope_pair_angles(a, rope_pair(p.e.style, j, half), j, half);
+    s.angles[i] = make_float4(c.ca, c.sa, c.cb, c.sb);
+    if (j == 0) s.ok[t] = a.ok ? 1 : 0;
+  }
+}
+
+// c of the window's tokens into a [window, ld] and k_pe into pe [window, dr] (rounded to T), both
+// into cache_rows[t] (null: none); gamma: this thread's rows' norm weights.
+template <typename T>
+__device__ __forceinline__ void window_row_epilogue(const DecodeParams& p, const TokenWindow& win,
+                                                    const float (&gamma)[kRowEpilogueRows],
+                                                    const WindowFoldShared& s,
+                                                    T* const* cache_rows, T* a, int ld, T* pe) {
+  const int width = p.kv_rank + p.rope_dim, half = p.rope_dim / 2;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int t0 = 0; t0 < win.count; t0 += kFoldTokens) {
+    float x[kFoldTokens][kRowEpilogueRows];
+#pragma unroll
+    for (int u = 0; u < kFoldTokens; ++u) {
+      const bool in = t0 + u < win.count;
+      const float* sums =
+          p.ckv + static_cast<int64_t>(win.begin + (in ? t0 + u : 0)) * p.rows_ld + p.q_rows;
+#pragma unroll
+      for (int j = 0; j < kRowEpilogueRows; ++j) {
+        const int n = threadIdx.x + j * kThreads;
+        x[u][j] = in && n < width ? __ldcg(sums + n) : 0.f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kFoldTokens; ++u) {
+      const float ss = warp_sum(row_squares(p, x[u]));
+      if (lane == 0) s.red[u * kWarps + warp] = ss;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < kFoldTokens; ++u) {
+      const int t = t0 + u;
+      if (t >= win.count) break;
+      float total = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) total += s.red[u * kWarps + w];
+      const float inv = rsqrtf(total / static_cast<float>(p.kv_rank) + p.e.eps);
+      T* cache = cache_rows[t];
+#pragma unroll
+      for (int j = 0; j < kRowEpilogueRows; ++j) {
+        const int n = threadIdx.x + j * kThreads;
+        if (n < p.kv_rank) {
+          const T y = from_float<T>(x[u][j] * inv * gamma[j]);
+          a[t * ld + n] = y;
+          if (cache != nullptr) cache[n] = y;
+        } else if (n < width) {
+          s.pe[u * 2 * p.rope_dim + n - p.kv_rank] = x[u][j];
+        }
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kFoldTokens * half; i += kThreads) {
+      const int u = i / half, j = i - u * half, t = t0 + u;
+      if (t >= win.count) break;
+      const float4 c = s.angles[t * half + j];
+      float* x_pe = s.pe + u * 2 * p.rope_dim;
+      rope_apply<T>(rope_pair(p.e.style, j, half), PairAngles{c.x, c.y, c.z, c.w}, s.ok[t] != 0,
+                    x_pe, x_pe + p.rope_dim);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kFoldTokens * p.rope_dim; i += kThreads) {
+      const int u = i / p.rope_dim, j = i - u * p.rope_dim, t = t0 + u;
+      if (t >= win.count) break;
+      const T y = from_float<T>(s.pe[u * 2 * p.rope_dim + p.rope_dim + j]);
+      pe[t * p.rope_dim + j] = y;
+      if (cache_rows[t] != nullptr) cache_rows[t][p.kv_rank + j] = y;
+    }
+    __syncthreads();  // red and pe are the next pass's
   }
 }
 
@@ -1075,9 +1264,29 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   // keep none of its inputs across the wait.
   constexpr bool kCanFold = !kRing;
   const bool fold = kCanFold && p.fold;
+  // The window fold likewise, at one token tile (the launcher's k.window_fold).
+  constexpr bool kCanWindowFold = !kRing && kM == 1;
+  const bool window_fold = kCanWindowFold && p.window_fold;
   RowEpilogueInputs fold_in{};
+  __shared__ T* fold_cache_rows[kMTile];  // the window fold's cache rows (null: none)
+  WindowFoldShared window_shared{};
   if constexpr (kCanFold) {
     if (fold) fold_in = row_epilogue_inputs<T>(p, 0);
+  }
+  if constexpr (kCanWindowFold) {
+    if (window_fold) {
+      row_epilogue_gamma<T>(p, fold_in);
+      window_shared = window_fold_shared(smem_b, p, ld, sizeof(T));
+      if (p.e.rope_dtype == DType::kFloat32) {
+        window_fold_angles<float>(p, win, window_shared);
+      } else {
+        window_fold_angles<T>(p, win, window_shared);
+      }
+      for (int t = threadIdx.x; t < win.count; t += kThreads) {
+        fold_cache_rows[t] =
+            blockIdx.x == 0 ? mla_cache_row<T>(p.e.cache, win.begin + t, p.e.seq) : nullptr;
+      }
+    }
   }
   wait_for_previous_stage();
 
@@ -1087,7 +1296,7 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   __shared__ int64_t k_rows[kMaxTokens], v_rows[kMaxTokens];
   __shared__ float fold_pe[2 * kMaxRopeDim], fold_red[kWarps];  // the fold's scratch
   for (int t = threadIdx.x; t < win.count; t += kThreads) {
-    if (!fold) stage_b_sources<T>(p, win.begin + t, &c_src[t], &pe_src[t]);
+    if (!fold && !window_fold) stage_b_sources<T>(p, win.begin + t, &c_src[t], &pe_src[t]);
     k_rows[t] = token_offset(win.begin + t, p.seq, p.k.stride_batch, p.k.stride_seq);
     v_rows[t] = token_offset(win.begin + t, p.seq, p.v_stride_batch, p.v_stride_seq);
   }
@@ -1097,6 +1306,10 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
     T* cache = blockIdx.x == 0 && blockIdx.y == 0 ? mla_cache_row<T>(p.e.cache, 0, p.e.seq)
                                                   : nullptr;
     row_epilogue<T, kRowEpilogueBatch<false>>(p, fold_in, 0, a, pe, cache, fold_pe, fold_red);
+  } else if (window_fold) {
+    if constexpr (kCanWindowFold) {
+      window_row_epilogue<T>(p, win, fold_in.gamma, window_shared, fold_cache_rows, a, ld, pe);
+    }
   } else {
     stage_rows<T>(a, ld, c_src, win.count, p.kv_rank, p.c_vectors);
     stage_rows<T>(pe, p.rope_dim, pe_src, win.count, p.rope_dim, p.pe_vectors);
@@ -1291,6 +1504,7 @@ int64_t stage_b_smem(const MlaProblem& p, int64_t tokens, int64_t eb) {
 // K3's static shared memory (the per-token source pointers and output rows, the fold's scratch),
 // which the opt-in limit includes.
 constexpr int64_t kStageBStaticSmem = 2 * kMaxTokens * (sizeof(const void*) + sizeof(int64_t)) +
+                                      kMTile * sizeof(void*) +
                                       (2 * kMaxRopeDim + kWarps) * sizeof(float);
 static_assert(stage_b_max_smem<__nv_bfloat16, 1>() + kStageBStaticSmem <= 48 * 1024,
               "K3's one-tile variants (held and ring) need no opt-in: only the 2- and 4-tile "
@@ -1483,7 +1697,17 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
   k.fold = !fused && runs_first(p) && runs_second(p) && whole_row_fits && k.tokens == 1 && !ring &&
            mla_decode_fold_epilogue(stage_b_blocks(tiles, ring, facts->sm_count) * k.chunks *
                                     k.rows_ld * int64_t{sizeof(float)});
-  k.whole_rows = !k.fold && whole_row_fits &&
+  // The window fold: K1's clusters (one per row group and window, its chunks; at most the
+  // portable 8) sum the chunks, K3's one-tile held kernel (within the 48 KB of a plain launch) runs
+  // the row epilogue, K2 is not launched.
+  const int64_t fold_smem_b =
+      window_fold_layout(k.window_b, smem_ld(k.kv_rank), k.rope_dim, eb).bytes;
+  k.window_fold = !fused && !k.fold && runs_first(p) && runs_second(p) && whole_row_fits &&
+                  kMB == 1 && !ring && plan.chunks <= kMaxPortableCluster &&
+                  fold_smem_b + kStageBStaticSmem <= 48 * 1024 &&
+                  programmatic_launch_allowed<mla_decode_stage_a<T, kMA>>(facts->major) &&
+                  mla_decode_window_fold(p.tokens());
+  k.whole_rows = !k.fold && !k.window_fold && whole_row_fits &&
                  mla_decode_whole_rows(ceil_div(k.chunks, kRowEpilogueBatch<true>));
 
   bind_tensors(p, a, k);
@@ -1515,19 +1739,32 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
     // K1 waits for the kernel before it (the caller's, or the previous call's last) before it
     // touches memory (the arrivals it zeroes, the partials it overwrites, the inputs); launched
     // as its programmatic dependent where mla_decode_stage_a_programmatic, else a plain launch.
-    config.numAttrs =
+    // With the window fold, a row group's chunks of a window are one cluster (then the
+    // programmatic attribute where it applies), and the shared memory holds the block's sums.
+    const bool k1_programmatic =
         mla_decode_stage_a_programmatic(p.tokens(), int64_t{k.a_rows} * p.model_dim * eb) &&
         programmatic_launch_allowed<mla_decode_stage_a<T, kMA>>(facts->major);
+    cudaLaunchAttribute k1_attributes[2] = {{}, launch_config.attribute};
+    k1_attributes[0].id = cudaLaunchAttributeClusterDimension;
+    k1_attributes[0].val.clusterDim.x = 1;
+    k1_attributes[0].val.clusterDim.y = static_cast<unsigned>(plan.chunks);
+    k1_attributes[0].val.clusterDim.z = 1;
+    config.attrs = k.window_fold ? k1_attributes : k1_attributes + 1;
+    config.numAttrs = (k.window_fold ? 1 : 0) + (k1_programmatic ? 1 : 0);
     config.gridDim = dim3(plan.row_groups, plan.chunks, windows_a);
-    config.dynamicSmemBytes = sizeof(T) * k.window_a * smem_ld(k.chunk);
-    LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_a<T, kMA>, k));
+    config.dynamicSmemBytes = std::max<size_t>(
+        sizeof(T) * k.window_a * smem_ld(k.chunk),
+        k.window_fold ? sizeof(float) * k.window_a * kWarps * kTileRows : 0);
+    const cudaError_t k1_launched = cudaLaunchKernelEx(&config, mla_decode_stage_a<T, kMA>, k);
+    config.attrs = &launch_config.attribute;
     config.dynamicSmemBytes = 0;
+    LATENTKV_RETURN_IF_ERROR(cuda_status(k1_launched, "cudaLaunchKernelEx(mla_decode_stage_a)"));
     if (k.whole_rows) {
       config.numAttrs =
           programmatic_launch_allowed<mla_decode_stage_a_row_epilogue<T>>(facts->major);
       config.gridDim = dim3(1, k.tokens);
       LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_a_row_epilogue<T>, k));
-    } else if (!k.fold) {
+    } else if (!k.fold && !k.window_fold) {  // (the folds run K2's work in K3)
       // With cluster_norm: one cluster of the token's slices, then the programmatic attribute.
       cudaLaunchAttribute attributes[2] = {{}, launch_config.attribute};
       attributes[0].id = cudaLaunchAttributeClusterDimension;
@@ -1545,7 +1782,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
     }
   }
   if (!runs_second(p)) return Status::Ok();
-  const int64_t smem_b = stage_b_smem(p, k.window_b, sizeof(T));
+  const int64_t smem_b = k.window_fold ? fold_smem_b : stage_b_smem(p, k.window_b, sizeof(T));
   if constexpr (kMB == 1) {
     if (ring) {
       return launch_stage_b<T, kMB, true>(k, tiles, windows_b, smem_b, facts, runs_first(p),

@@ -113,6 +113,7 @@ constexpr int kMaxRank = 1024;     // c [16, R + pad] in shared memory beside k_
 constexpr int kSlice = kThreads;   // K2: one row per thread
 constexpr int kMaxClusterSlices = 16;  // K2's slices per token as one cluster (non-portable: sm_90)
 constexpr int kMaxPortableCluster = 8;  // K1's chunks as one cluster (the window fold)
+constexpr int kRunRows = 32;  // rows of c whose squares are summed first (row_sum_of_squares)
 constexpr int kMaxRopeDim = kThreads;  // K2's k_pe slice is one block
 constexpr int kBlocksPerSm = 2;    // K1's and K3's target (launch bounds allow two)
 // K3's blocks per SM (launch bounds and grid): the ring's 4, so that a fresh kv_b stream has the
@@ -172,6 +173,7 @@ struct DecodeParams {
   float* partials;        // [chunks, T, rows_ld]
   float* ckv;             // [T, rows_ld]: the sums (q_a and c rows)
   float* sumsq;           // [T, slices]
+  float* run_sumsq;       // [T, ceil(R / 32)]: the window fold's sums of squares of c by runs
   unsigned* arrivals;     // [T, 2]: q_a and c slices done
   MlaEpilogueParams e;    // norms, RoPE, q_a, cache; e.latent: c [T, R] for stage B or null
   void* pe_out;           // [T, dr]: k_pe for stage B (rounded), or null
@@ -293,15 +295,26 @@ __device__ __forceinline__ const T* stage_a_row(const DecodeParams& p, int n) {
   return nullptr;
 }
 
+// Sum over the warp by a butterfly (every lane gets the same bits).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
 // K1's sums without the partials (window_fold; sm_90): the launcher makes the chunks of a row group
 // and window one cluster (rank = chunk), each block's values go to its own shared memory
 // (`own` [window][64 rows], over the hidden chunk once every warp is past its MMAs), and after a
 // cluster barrier each block sums its share of the (token, row) values over the chunks in chunk
-// order from 0, as K2's sum_chunk_partials does (the same bits), into ckv [T, rows_ld].
+// order from 0, as K2's sum_chunk_partials does (the same bits), into ckv [T, rows_ld]; each warp's
+// share is one run of 32 rows of a token, whose squares it sums (row_sum_of_squares' runs) into
+// run_sumsq [T, runs] for the rows of c.
 template <int kM>
 __device__ __forceinline__ void sum_chunks_in_cluster(const DecodeParams& p, const TokenWindow& win,
                                                       const Acc<kM, 1>& acc, float* own) {
   constexpr int kGroupRows = kWarps * kTileRows;
+  static_assert(kGroupRows % 32 == 0 && kThreads % kGroupRows == 0,
+                "a warp's share is one run of one token");
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, q = lane % 4;
   __syncthreads();  // every warp is past its reads of the hidden chunk
@@ -322,14 +335,25 @@ __device__ __forceinline__ void sum_chunks_in_cluster(const DecodeParams& p, con
   cluster_arrive();  // this block's values, released to the cluster
   cluster_wait();
   const int first_row = blockIdx.x * kGroupRows;
+  const int runs = ceil_div(p.kv_rank, kRunRows);
+  // Warp-uniform bounds: win.count * kGroupRows is whole warps.
   for (int e = blockIdx.y * kThreads + threadIdx.x; e < win.count * kGroupRows;
        e += p.chunks * kThreads) {
-    const int t = e / kGroupRows, r = e - t * kGroupRows;
-    float x = 0.f;
-    for (int c = 0; c < p.chunks; ++c) x += load_cluster_shared_float(own + e, c);
-    if (first_row + r < p.rows_ld) {
-      p.ckv[static_cast<int64_t>(win.begin + t) * p.rows_ld + first_row + r] = x;
+    const int t = e / kGroupRows, r = e - t * kGroupRows, n = first_row + r;
+    float part[kMaxPortableCluster];  // every chunk's load in flight, then the sum in order
+#pragma unroll
+    for (int c = 0; c < kMaxPortableCluster; ++c) {
+      part[c] = c < p.chunks ? load_cluster_shared_float(own + e, c) : 0.f;
     }
+    float x = 0.f;
+#pragma unroll
+    for (int c = 0; c < kMaxPortableCluster; ++c) {
+      if (c < p.chunks) x += part[c];
+    }
+    const int64_t row = static_cast<int64_t>(win.begin + t);
+    if (n < p.rows_ld) p.ckv[row * p.rows_ld + n] = x;
+    const float squares = warp_sum(n < p.kv_rank ? x * x : 0.f);
+    if (lane == 0 && n < p.kv_rank) p.run_sumsq[row * runs + n / kRunRows] = squares;
   }
   cluster_arrive();  // done reading the others' values: they may exit once everyone is
   cluster_wait();
@@ -423,13 +447,6 @@ __device__ __forceinline__ Slice slice_of(const DecodeParams& p, int s) {
   }
   const int begin = p.q_rows + p.kv_rank;
   return {2, begin, begin + p.rope_dim, s, 1};
-}
-
-// Sum over the warp by a butterfly (every lane gets the same bits).
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
 }
 
 // Sum over the block (every thread gets it): the warps' sums added in warp order from 0; red
@@ -601,16 +618,33 @@ __device__ __forceinline__ void sum_chunk_partials(const DecodeParams& p, int t,
   }
 }
 
-// This thread's sum of squares of its c rows (x[j]: row threadIdx.x + j * kThreads) in j order:
-// the row epilogue's and the window fold's (one expression: the same bits; a test compares them).
+// c's sum of squares, in the order every epilogue of cuda-mla-decode without q_a uses (the same
+// bits whichever runs): each run of 32 rows' squares summed by warp_sum, then those sums in row
+// order from 0. Here x[j] holds row threadIdx.x + j * kThreads, so warp w's rows of x[j] are run
+// j * kWarps + w; red [kRowEpilogueRows * kWarps] is reused after a barrier.
+constexpr int kRowEpilogueRed = kRowEpilogueRows * kWarps;
 template <int kRows>
-__device__ __forceinline__ float row_squares(const DecodeParams& p, const float (&x)[kRows]) {
-  float ss = 0.f;
+__device__ __forceinline__ float row_sum_of_squares(const DecodeParams& p, const float (&x)[kRows],
+                                                    float* red) {
+  static_assert(kThreads == kWarps * kRunRows && kRows * kWarps <= kRowEpilogueRed,
+                "a warp's rows of x[j] are one run");
+  const int warp = threadIdx.x / 32;
+  float s[kRows];
 #pragma unroll
   for (int j = 0; j < kRows; ++j) {
-    if (threadIdx.x + j * kThreads < p.kv_rank) ss += x[j] * x[j];
+    const bool in = threadIdx.x + j * kThreads < p.kv_rank;
+    s[j] = warp_sum(in ? x[j] * x[j] : 0.f);
   }
-  return ss;
+  __syncthreads();  // red's previous use is over
+  if (threadIdx.x % 32 == 0) {
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) red[j * kWarps + warp] = s[j];
+  }
+  __syncthreads();
+  float total = 0.f;
+  const int runs = ceil_div(p.kv_rank, kRunRows);
+  for (int r = 0; r < runs; ++r) total += red[r];
+  return total;
 }
 
 // Token t's c into c [R] and k_pe into pe [dr] (shared or global memory, rounded to T), and both
@@ -624,7 +658,7 @@ __device__ __forceinline__ void row_epilogue(const DecodeParams& p, const RowEpi
   float x[kRowEpilogueRows];
   sum_chunk_partials<kRowEpilogueRows, kBatch>(p, t, p.q_rows, width, x);
   const float inv =
-      rsqrtf(block_sum(row_squares(p, x), red) / static_cast<float>(p.kv_rank) + p.e.eps);
+      rsqrtf(row_sum_of_squares(p, x, red) / static_cast<float>(p.kv_rank) + p.e.eps);
 #pragma unroll
   for (int j = 0; j < kRowEpilogueRows; ++j) {
     const int n = threadIdx.x + j * kThreads;
@@ -650,51 +684,58 @@ __device__ __forceinline__ void row_epilogue(const DecodeParams& p, const RowEpi
   }
 }
 
-// The window fold (window_fold: K3 without K2 before it): each K3 block runs the row epilogue of
-// every token of its window (at most one token tile) from K1's cluster sums in ckv, kFoldTokens
-// tokens a pass, every load of a pass in flight at once. Each token's sum of squares is the row
-// epilogue's (row_squares, warp_sum, the warps in order), so c, k_pe and the cache row have the
-// bits K2 gives them. The first block of each window writes the window's cache rows.
-constexpr int kFoldTokens = 8;  // x 3 rows a thread: the fold's 24 registers beside K3's weights
-
-// Its shared memory after K3's c and k_pe (byte offsets in K3's dynamic shared memory): each
-// token's RoPE pair angles [window][dr / 2], a pass's k_pe before and after RoPE
-// [kFoldTokens][2 dr], its warps' sums of squares [kFoldTokens][kWarps], each token's position
-// check [window].
+// The window fold (window_fold: K3 without K2 before it): each K3 block makes c and k_pe of its
+// window's tokens (at most one token tile) from K1's cluster sums: their rows [c | k_pe] (float32)
+// copied into shared memory by cp.async while the first threads sum each token's run sums of
+// squares (in run order: row_sum_of_squares' bits), then every value of c normalized and rounded
+// into K3's operand, k_pe rotated and rounded; the first block of each window also writes the
+// window's cache rows. What stage A does not write (gamma, the angles, the cache rows) is read
+// before K3's wait.
+// Its shared memory after K3's c and k_pe (byte offsets in K3's dynamic shared memory): the rows
+// [window][rows_ld], gamma [R], the RoPE pair angles [window][dr / 2], the rotated k_pe
+// [window][dr], each token's 1 / rms and position check [window].
 struct WindowFoldLayout {
-  int64_t angles, pe, red, ok, bytes;
+  int64_t rows, gamma, angles, rotated, inv, ok, bytes;
 };
 
-LATENTKV_HD WindowFoldLayout window_fold_layout(int64_t window, int64_t c_ld,
-                                                int64_t rope_dim, int64_t eb) {
+LATENTKV_HD WindowFoldLayout window_fold_layout(int64_t window, int64_t c_ld, int64_t rows_ld,
+                                                int64_t kv_rank, int64_t rope_dim, int64_t eb) {
   WindowFoldLayout l{};
-  l.angles = round_up<int64_t>(eb * window * (c_ld + rope_dim), 16);
-  l.pe = l.angles + 16 * window * (rope_dim / 2);
-  l.red = l.pe + 4 * kFoldTokens * 2 * rope_dim;
-  l.ok = l.red + 4 * kFoldTokens * kWarps;
+  l.rows = round_up<int64_t>(eb * window * (c_ld + rope_dim), 16);
+  l.gamma = l.rows + 4 * window * rows_ld;
+  l.angles = round_up<int64_t>(l.gamma + 4 * kv_rank, 16);
+  l.rotated = l.angles + 16 * window * (rope_dim / 2);
+  l.inv = l.rotated + 4 * window * rope_dim;
+  l.ok = l.inv + 4 * window;
   l.bytes = l.ok + 4 * window;
   return l;
 }
 
 struct WindowFoldShared {
+  float* rows;     // [window][rows_ld]: K1's sums, c then k_pe
+  float* gamma;    // [R]
   float4* angles;  // [window][dr / 2]: (ca, sa, cb, sb)
-  float* pe;       // [kFoldTokens][2 dr]
-  float* red;      // [kFoldTokens][kWarps]
+  float* rotated;  // [window][dr]
+  float* inv;      // [window]
   int* ok;         // [window]
 };
 
 __device__ __forceinline__ WindowFoldShared window_fold_shared(void* smem, const DecodeParams& p,
                                                                int c_ld, int eb) {
-  const WindowFoldLayout l = window_fold_layout(p.window_b, c_ld, p.rope_dim, eb);
+  const WindowFoldLayout l =
+      window_fold_layout(p.window_b, c_ld, p.rows_ld, p.kv_rank, p.rope_dim, eb);
   char* base = static_cast<char*>(smem);
-  return {reinterpret_cast<float4*>(base + l.angles), reinterpret_cast<float*>(base + l.pe),
-          reinterpret_cast<float*>(base + l.red), reinterpret_cast<int*>(base + l.ok)};
+  return {reinterpret_cast<float*>(base + l.rows),     reinterpret_cast<float*>(base + l.gamma),
+          reinterpret_cast<float4*>(base + l.angles),  reinterpret_cast<float*>(base + l.rotated),
+          reinterpret_cast<float*>(base + l.inv),      reinterpret_cast<int*>(base + l.ok)};
 }
 
-// The window's RoPE angles into shared memory (before K3's wait: stage A writes none of it).
-template <typename RopeT>
-__device__ __forceinline__ void window_fold_angles(const DecodeParams& p, const TokenWindow& win,
+// Before K3's wait: gamma and the window's RoPE angles into shared memory.
+template <typename T, typename RopeT>
+__device__ __forceinline__ void window_fold_inputs(const DecodeParams& p, const TokenWindow& win,
                                                    const WindowFoldShared& s) {
+  const T* gamma = static_cast<const T*>(p.e.kv_norm);
+  for (int n = threadIdx.x; n < p.kv_rank; n += kThreads) s.gamma[n] = to_float(gamma[n]);
   const int half = p.rope_dim / 2;
   for (int i = threadIdx.x; i < win.count * half; i += kThreads) {
     const int t = i / half, j = i - t * half;
@@ -705,73 +746,56 @@ __device__ __forceinline__ void window_fold_angles(const DecodeParams& p, const 
   }
 }
 
-// c of the window's tokens into a [window, ld] and k_pe into pe [window, dr] (rounded to T), both
-// into cache_rows[t] (null: none); gamma: this thread's rows' norm weights.
+// After it: c of the window's tokens into a [window, ld] and k_pe into pe [window, dr] (rounded to
+// T), both into cache_rows[t] (null: none). Every thread meets its barriers.
 template <typename T>
 __device__ __forceinline__ void window_row_epilogue(const DecodeParams& p, const TokenWindow& win,
-                                                    const float (&gamma)[kRowEpilogueRows],
                                                     const WindowFoldShared& s,
                                                     T* const* cache_rows, T* a, int ld, T* pe) {
-  const int width = p.kv_rank + p.rope_dim, half = p.rope_dim / 2;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int t0 = 0; t0 < win.count; t0 += kFoldTokens) {
-    float x[kFoldTokens][kRowEpilogueRows];
+  const int vectors = p.rows_ld / 4;  // per row; rows_ld % 8 == 0, ckv's rows 32-byte aligned
+  for (int i = threadIdx.x; i < win.count * vectors; i += kThreads) {
+    const int t = i / vectors, v = i - t * vectors;
+    copy16_async(s.rows + t * p.rows_ld + 4 * v,
+                 p.ckv + static_cast<int64_t>(win.begin + t) * p.rows_ld + 4 * v, true);
+  }
+  if (threadIdx.x < win.count) {  // the token's runs in order, as row_sum_of_squares sums them
+    const int runs = ceil_div(p.kv_rank, kRunRows);
+    const float* sums = p.run_sumsq + static_cast<int64_t>(win.begin + threadIdx.x) * runs;
+    float total = 0.f;
+    for (int r = 0; r < runs; ++r) total += __ldcg(sums + r);
+    s.inv[threadIdx.x] = rsqrtf(total / static_cast<float>(p.kv_rank) + p.e.eps);
+  }
+  wait_async_copies();
+  __syncthreads();
+  const int c_vectors = p.kv_rank / 4;  // R % 8 == 0
+  for (int i = threadIdx.x; i < win.count * c_vectors; i += kThreads) {
+    const int t = i / c_vectors, n = 4 * (i - t * c_vectors);
+    const float4 x = *reinterpret_cast<const float4*>(s.rows + t * p.rows_ld + n);
+    const float4 g = *reinterpret_cast<const float4*>(s.gamma + n);
+    const float inv = s.inv[t];
+    const T y[4] = {from_float<T>(x.x * inv * g.x), from_float<T>(x.y * inv * g.y),
+                    from_float<T>(x.z * inv * g.z), from_float<T>(x.w * inv * g.w)};
+    T* dst = a + t * ld + n;
+    T* cache = cache_rows[t];
 #pragma unroll
-    for (int u = 0; u < kFoldTokens; ++u) {
-      const bool in = t0 + u < win.count;
-      const float* sums =
-          p.ckv + static_cast<int64_t>(win.begin + (in ? t0 + u : 0)) * p.rows_ld + p.q_rows;
-#pragma unroll
-      for (int j = 0; j < kRowEpilogueRows; ++j) {
-        const int n = threadIdx.x + j * kThreads;
-        x[u][j] = in && n < width ? __ldcg(sums + n) : 0.f;
-      }
+    for (int k = 0; k < 4; ++k) {
+      dst[k] = y[k];
+      if (cache != nullptr) cache[n + k] = y[k];
     }
-#pragma unroll
-    for (int u = 0; u < kFoldTokens; ++u) {
-      const float ss = warp_sum(row_squares(p, x[u]));
-      if (lane == 0) s.red[u * kWarps + warp] = ss;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int u = 0; u < kFoldTokens; ++u) {
-      const int t = t0 + u;
-      if (t >= win.count) break;
-      float total = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) total += s.red[u * kWarps + w];
-      const float inv = rsqrtf(total / static_cast<float>(p.kv_rank) + p.e.eps);
-      T* cache = cache_rows[t];
-#pragma unroll
-      for (int j = 0; j < kRowEpilogueRows; ++j) {
-        const int n = threadIdx.x + j * kThreads;
-        if (n < p.kv_rank) {
-          const T y = from_float<T>(x[u][j] * inv * gamma[j]);
-          a[t * ld + n] = y;
-          if (cache != nullptr) cache[n] = y;
-        } else if (n < width) {
-          s.pe[u * 2 * p.rope_dim + n - p.kv_rank] = x[u][j];
-        }
-      }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < kFoldTokens * half; i += kThreads) {
-      const int u = i / half, j = i - u * half, t = t0 + u;
-      if (t >= win.count) break;
-      const float4 c = s.angles[t * half + j];
-      float* x_pe = s.pe + u * 2 * p.rope_dim;
-      rope_apply<T>(rope_pair(p.e.style, j, half), PairAngles{c.x, c.y, c.z, c.w}, s.ok[t] != 0,
-                    x_pe, x_pe + p.rope_dim);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < kFoldTokens * p.rope_dim; i += kThreads) {
-      const int u = i / p.rope_dim, j = i - u * p.rope_dim, t = t0 + u;
-      if (t >= win.count) break;
-      const T y = from_float<T>(s.pe[u * 2 * p.rope_dim + p.rope_dim + j]);
-      pe[t * p.rope_dim + j] = y;
-      if (cache_rows[t] != nullptr) cache_rows[t][p.kv_rank + j] = y;
-    }
-    __syncthreads();  // red and pe are the next pass's
+  }
+  const int half = p.rope_dim / 2;
+  for (int i = threadIdx.x; i < win.count * half; i += kThreads) {
+    const int t = i / half, j = i - t * half;
+    const float4 c = s.angles[i];
+    rope_apply<T>(rope_pair(p.e.style, j, half), PairAngles{c.x, c.y, c.z, c.w}, s.ok[t] != 0,
+                  s.rows + t * p.rows_ld + p.kv_rank, s.rotated + t * p.rope_dim);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < win.count * p.rope_dim; i += kThreads) {
+    const int t = i / p.rope_dim, j = i - t * p.rope_dim;
+    const T y = from_float<T>(s.rotated[i]);
+    pe[i] = y;
+    if (cache_rows[t] != nullptr) cache_rows[t][p.kv_rank + j] = y;
   }
 }
 
@@ -905,7 +929,7 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
     mla_decode_stage_a_row_epilogue(const __grid_constant__ DecodeParams p) {
-  __shared__ float red[kWarps];
+  __shared__ float red[kRowEpilogueRed];
   __shared__ float pe[2 * kMaxRopeDim];  // k_pe before and after RoPE
   allow_dependents();
   const int t = blockIdx.y;
@@ -938,7 +962,7 @@ static_assert(kFusedTiles * kMTile * kTileRows == kThreads, "the warp reduction:
 // register cap, kFusedBlocksPerSm blocks fit every sm_80+ SM (164 KB or more), so the plan's grid
 // is co-resident on a whole device without an occupancy query.
 constexpr size_t kFusedStaticSmem =
-    sizeof(float) * (kWarps * kFusedTiles * kMTile * kTileRows + kWarps + 2 * kMaxRopeDim);
+    sizeof(float) * (kWarps * kFusedTiles * kMTile * kTileRows + kRowEpilogueRed + 2 * kMaxRopeDim);
 static_assert(kFusedBlocksPerSm * kFusedStaticSmem <= 100 * 1024,
               "the fused stage A's blocks per SM fit every sm_80+ SM's shared memory");
 
@@ -946,7 +970,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads, kFusedBlocksPerSm)
     mla_decode_fused_stage_a(const __grid_constant__ DecodeParams p) {
   __shared__ float sums[kWarps][kFusedTiles][kMTile * kTileRows];  // [warp][tile][token][row]
-  __shared__ float red[kWarps];
+  __shared__ float red[kRowEpilogueRed];
   __shared__ float pe[2 * kMaxRopeDim];
   allow_dependents();  // stage B's blocks may start their kv_b stream beside this grid
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -1275,12 +1299,11 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   }
   if constexpr (kCanWindowFold) {
     if (window_fold) {
-      row_epilogue_gamma<T>(p, fold_in);
       window_shared = window_fold_shared(smem_b, p, ld, sizeof(T));
       if (p.e.rope_dtype == DType::kFloat32) {
-        window_fold_angles<float>(p, win, window_shared);
+        window_fold_inputs<T, float>(p, win, window_shared);
       } else {
-        window_fold_angles<T>(p, win, window_shared);
+        window_fold_inputs<T, T>(p, win, window_shared);
       }
       for (int t = threadIdx.x; t < win.count; t += kThreads) {
         fold_cache_rows[t] =
@@ -1294,7 +1317,7 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   __shared__ const T* c_src[kMaxTokens];
   __shared__ const T* pe_src[kMaxTokens];
   __shared__ int64_t k_rows[kMaxTokens], v_rows[kMaxTokens];
-  __shared__ float fold_pe[2 * kMaxRopeDim], fold_red[kWarps];  // the fold's scratch
+  __shared__ float fold_pe[2 * kMaxRopeDim], fold_red[kRowEpilogueRed];  // the fold's scratch
   for (int t = threadIdx.x; t < win.count; t += kThreads) {
     if (!fold && !window_fold) stage_b_sources<T>(p, win.begin + t, &c_src[t], &pe_src[t]);
     k_rows[t] = token_offset(win.begin + t, p.seq, p.k.stride_batch, p.k.stride_seq);
@@ -1308,7 +1331,7 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
     row_epilogue<T, kRowEpilogueBatch<false>>(p, fold_in, 0, a, pe, cache, fold_pe, fold_red);
   } else if (window_fold) {
     if constexpr (kCanWindowFold) {
-      window_row_epilogue<T>(p, win, fold_in.gamma, window_shared, fold_cache_rows, a, ld, pe);
+      window_row_epilogue<T>(p, win, window_shared, fold_cache_rows, a, ld, pe);
     }
   } else {
     stage_rows<T>(a, ld, c_src, win.count, p.kv_rank, p.c_vectors);
@@ -1436,7 +1459,7 @@ constexpr int64_t kMaxGridY = 65535;  // gridDim.y's limit: K1's chunks of D
 // The workspace's regions (bytes from its first 256-byte boundary), for the largest call of the
 // problem (q_a on, the most chunks).
 struct WorkspaceLayout {
-  int64_t partials, ckv, sumsq, arrivals, latent, pe, end;
+  int64_t partials, ckv, sumsq, run_sumsq, arrivals, latent, pe, end;
 };
 
 WorkspaceLayout workspace_layout(const MlaProblem& p) {
@@ -1455,6 +1478,7 @@ WorkspaceLayout workspace_layout(const MlaProblem& p) {
   w.partials = region(max_chunks * T * rows_ld * 4);
   w.ckv = region(T * rows_ld * 4);
   w.sumsq = region(T * slices * 4);
+  w.run_sumsq = region(T * ceil_div<int64_t>(p.kv_rank, kRunRows) * 4);
   w.arrivals = region(T * 2 * 4);
   w.latent = region(T * p.kv_rank * eb);
   w.pe = region(T * p.rope_dim * eb);
@@ -1505,7 +1529,7 @@ int64_t stage_b_smem(const MlaProblem& p, int64_t tokens, int64_t eb) {
 // which the opt-in limit includes.
 constexpr int64_t kStageBStaticSmem = 2 * kMaxTokens * (sizeof(const void*) + sizeof(int64_t)) +
                                       kMTile * sizeof(void*) +
-                                      (2 * kMaxRopeDim + kWarps) * sizeof(float);
+                                      (2 * kMaxRopeDim + kRowEpilogueRed) * sizeof(float);
 static_assert(stage_b_max_smem<__nv_bfloat16, 1>() + kStageBStaticSmem <= 48 * 1024,
               "K3's one-tile variants (held and ring) need no opt-in: only the 2- and 4-tile "
               "ones are opted in");
@@ -1517,6 +1541,14 @@ cudaError_t opt_in_stage_b(size_t device_limit) {
   return cudaFuncSetAttribute(mla_decode_stage_b<T, kM, false>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(bytes));
+}
+
+// K3's one-tile held kernel with the window fold's shared memory: opted in to the device's limit.
+template <typename T>
+cudaError_t opt_in_window_fold(size_t device_limit) {
+  return cudaFuncSetAttribute(mla_decode_stage_b<T, 1, false>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(device_limit - kStageBStaticSmem));
 }
 
 // K2's clusters past the portable 8 blocks (every sm_90 device runs 16), for both RoPE table types
@@ -1534,7 +1566,8 @@ cudaError_t allow_wide_epilogue_clusters(int major) {
 }
 
 // The per-device setup (prepared_device): K3's two- and four-tile variants opted in to their
-// largest plan or the device's limit (takes() refuses a plan past that limit), K2 to clusters of
+// largest plan or the device's limit (takes() refuses a plan past that limit), its one-tile held
+// variant to the limit (the window fold's plan where it fits), K2 to clusters of
 // kMaxClusterSlices.
 struct DecodeKernels {
   static Status setup(const DeviceFacts& f) {
@@ -1542,6 +1575,8 @@ struct DecodeKernels {
     if (err == cudaSuccess) err = opt_in_stage_b<__nv_bfloat16, 4>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__half, 2>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__half, 4>(f.smem_optin);
+    if (err == cudaSuccess) err = opt_in_window_fold<__nv_bfloat16>(f.smem_optin);
+    if (err == cudaSuccess) err = opt_in_window_fold<__half>(f.smem_optin);
     if (err != cudaSuccess) return cuda_status(err, "cuda-mla-decode: shared-memory opt-in");
     err = allow_wide_epilogue_clusters<__nv_bfloat16>(f.major);
     if (err == cudaSuccess) err = allow_wide_epilogue_clusters<__half>(f.major);
@@ -1598,6 +1633,7 @@ void bind_tensors(const MlaProblem& p, const MlaArgs& a, DecodeParams& k) {
     k.partials = reinterpret_cast<float*>(base + w.partials);
     k.ckv = reinterpret_cast<float*>(base + w.ckv);
     k.sumsq = reinterpret_cast<float*>(base + w.sumsq);
+    k.run_sumsq = reinterpret_cast<float*>(base + w.run_sumsq);
     k.arrivals = reinterpret_cast<unsigned*>(base + w.arrivals);
     if (runs_second(p)) {
       k.e.latent = base + w.latent;
@@ -1698,13 +1734,14 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
            mla_decode_fold_epilogue(stage_b_blocks(tiles, ring, facts->sm_count) * k.chunks *
                                     k.rows_ld * int64_t{sizeof(float)});
   // The window fold: K1's clusters (one per row group and window, its chunks; at most the
-  // portable 8) sum the chunks, K3's one-tile held kernel (within the 48 KB of a plain launch) runs
-  // the row epilogue, K2 is not launched.
+  // portable 8) sum the chunks, K3's one-tile held kernel (opted in to the device's shared memory)
+  // runs the row epilogue, K2 is not launched.
   const int64_t fold_smem_b =
-      window_fold_layout(k.window_b, smem_ld(k.kv_rank), k.rope_dim, eb).bytes;
+      window_fold_layout(k.window_b, smem_ld(k.kv_rank), k.rows_ld, k.kv_rank, k.rope_dim, eb)
+          .bytes;
   k.window_fold = !fused && !k.fold && runs_first(p) && runs_second(p) && whole_row_fits &&
                   kMB == 1 && !ring && plan.chunks <= kMaxPortableCluster &&
-                  fold_smem_b + kStageBStaticSmem <= 48 * 1024 &&
+                  fold_smem_b + kStageBStaticSmem <= static_cast<int64_t>(facts->smem_optin) &&
                   programmatic_launch_allowed<mla_decode_stage_a<T, kMA>>(facts->major) &&
                   mla_decode_window_fold(p.tokens());
   k.whole_rows = !k.fold && !k.window_fold && whole_row_fits &&

@@ -1281,7 +1281,10 @@ TEST(MlaDecodeGpu, WindowFoldWritesTheFirstStagesCacheRowsBitForBit) {
       const int64_t ws = workspace_size(run_p, o);
       run_a.workspace = upload_poison(arena, static_cast<size_t>(ws));
       run_a.workspace_bytes = ws;
-      if (stage == MlaStage::kFirst) run_a.k = run_a.v = nullptr;
+      if (stage == MlaStage::kFirst) {
+        run_a.k = run_a.v = nullptr;
+        run_a.kv_b_weight = nullptr;
+      }
       ASSERT_FALSE(HasFailure()) << "setting up";
       const Status st = run(run_p, run_a, o);
       ASSERT_TRUE(st.ok()) << st.message();

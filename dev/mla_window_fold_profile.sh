@@ -12,9 +12,11 @@ git ls-files -co --exclude-standard | while read -r f; do [ -e "$f" ] && echo "$
 cp -r $W/A $W/C && patch -d $W/C -p1 -s < "$PATCH" || { echo "patch failed"; exit 1; }
 gen=""; command -v ninja >/dev/null && gen="-G Ninja"
 for v in A C; do
-  (cmake -S $W/$v -B $W/$v/bg $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+  (cmake -S $W/$v -B $W/$v/bg $gen -DCMAKE_BUILD_TYPE=Release \
+     -DCMAKE_CUDA_ARCHITECTURES=90a \
      -DLATENTKV_BUILD_TESTS=OFF > "$OUT/build_$v.log" 2>&1 &&
-   cmake --build $W/$v/bg -j 8 --target latentkv-bench >> "$OUT/build_$v.log" 2>&1; echo "build $v rc=$?") &
+   cmake --build $W/$v/bg -j 8 --target latentkv-bench >> "$OUT/build_$v.log" 2>&1
+   echo "build $v rc=$?") &
 done
 wait
 for T in ${TOKENS:-16 64}; do
@@ -39,7 +41,7 @@ done
 for round in 1 2; do
   for v in A C; do
     echo "== $v round $round: latentkv-bench (us per call, graph replay)"
-    $W/$v/bg/bench/latentkv-bench --preset deepseek-v2-lite-mla --tokens ${BENCH_TOKENS:-2,8,16,32,64} \
-      --strategy cuda-mla-decode --quiet 2>&1 | grep -E "deepseek" | cut -c1-110
+    $W/$v/bg/bench/latentkv-bench --preset deepseek-v2-lite-mla \
+      --tokens "${BENCH_TOKENS:-2,8,16,32,64}" --strategy cuda-mla-decode --quiet 2>&1 | grep -E "deepseek" | cut -c1-110
   done
 done

@@ -55,9 +55,17 @@
 //                              in shared memory, a few chunk partials per row, one grid-wide
 //                              barrier, then block t runs the row epilogue of token t and block
 //                              T + t normalizes its q_a. K3 follows it as it follows K2.
-// kFirst runs K1 + K2 (or KA); kSecond runs K3 alone, gathering c and k_pe from args.latent/args.k_pe or
-// the cache by slot (a skipped slot gives zero rows of K and V); kBoth runs all three. Results are
-// deterministic (every sum in a fixed order).
+//   The window fold (heuristics.h: both stages past one token without q_a, sm_90): K1's chunks
+//                              of a row group are one cluster that sums them (and c's squares by
+//                              runs of 32 rows) through distributed shared memory into the
+//                              workspace, and every K3 block makes its window's c and k_pe from
+//                              those sums (norm, RoPE, the cache rows from each window's first
+//                              block): K2 is not launched. Every epilogue without q_a sums c's
+//                              squares in the same order (row_sum_of_squares), so the cache rows
+//                              have the same bits whichever runs.
+// kFirst runs K1 + K2 (or KA); kSecond runs K3 alone, gathering c and k_pe from args.latent /
+// args.k_pe or the cache by slot (a skipped slot gives zero rows of K and V); kBoth runs all three
+// (or K1 and K3: the folds). Results are deterministic (every sum in a fixed order).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cooperative_groups.h>

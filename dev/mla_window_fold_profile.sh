@@ -42,6 +42,7 @@ for round in 1 2; do
   for v in A C; do
     echo "== $v round $round: latentkv-bench (us per call, graph replay)"
     $W/$v/bg/bench/latentkv-bench --preset deepseek-v2-lite-mla \
-      --tokens "${BENCH_TOKENS:-2,8,16,32,64}" --strategy cuda-mla-decode --quiet 2>&1 | grep -E "deepseek" | cut -c1-110
+      --tokens "${BENCH_TOKENS:-2,8,16,32,64}" --strategy cuda-mla-decode --quiet 2>&1 |
+      grep -E "deepseek" | cut -c1-110
   done
 done

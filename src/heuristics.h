@@ -138,14 +138,6 @@ constexpr int64_t kMlaDecodeFoldMaxReadBytes = int64_t{4} << 20;
 inline bool mla_decode_fold_epilogue(int64_t partial_read_bytes) {
   return partial_read_bytes <= kMlaDecodeFoldMaxReadBytes;
 }
-// Past one token, both stages, no q_a, stage B at one token tile holding whole tiles: K1's chunks
-// of a row group are one cluster that sums them (sm_90), and every stage-B block runs the row
-// epilogue of its window's tokens from those sums (mla_decode_window_fold in mla_decode.cu): K2
-// and its link leave the chain. From this many tokens; not yet measured (a first guess: all).
-constexpr int64_t kMlaDecodeWindowFoldMinTokens = 2;
-inline bool mla_decode_window_fold(int64_t tokens) {
-  return tokens >= kMlaDecodeWindowFoldMinTokens;
-}
 // Elsewhere without q_a, its epilogue kernel (K2) runs one block per token over the whole
 // [c | k_pe] row (no arrival counters) where that block's partial loads take at most this many
 // round trips: the sliced K2 takes three (the partials, the arrival, the sums). V2-Lite (8 chunks,

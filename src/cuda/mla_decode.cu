@@ -55,17 +55,9 @@
 //                              in shared memory, a few chunk partials per row, one grid-wide
 //                              barrier, then block t runs the row epilogue of token t and block
 //                              T + t normalizes its q_a. K3 follows it as it follows K2.
-//   The window fold (heuristics.h: both stages past one token without q_a, sm_90): K1's chunks
-//                              of a row group are one cluster that sums them (and c's squares by
-//                              runs of 32 rows) through distributed shared memory into the
-//                              workspace, and every K3 block makes its window's c and k_pe from
-//                              those sums (norm, RoPE, the cache rows from each window's first
-//                              block): K2 is not launched. Every epilogue without q_a sums c's
-//                              squares in the same order (row_sum_of_squares), so the cache rows
-//                              have the same bits whichever runs.
-// kFirst runs K1 + K2 (or KA); kSecond runs K3 alone, gathering c and k_pe from args.latent /
-// args.k_pe or the cache by slot (a skipped slot gives zero rows of K and V); kBoth runs all three
-// (or K1 and K3: the folds). Results are deterministic (every sum in a fixed order).
+// kFirst runs K1 + K2 (or KA); kSecond runs K3 alone, gathering c and k_pe from args.latent/args.k_pe or
+// the cache by slot (a skipped slot gives zero rows of K and V); kBoth runs all three. Results are
+// deterministic (every sum in a fixed order).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cooperative_groups.h>
@@ -120,8 +112,6 @@ constexpr int kStageBStep = kStageBLoads<kM, kRing> * kKBlock;
 constexpr int kMaxRank = 1024;     // c [16, R + pad] in shared memory beside k_pe (< 48 KB)
 constexpr int kSlice = kThreads;   // K2: one row per thread
 constexpr int kMaxClusterSlices = 16;  // K2's slices per token as one cluster (non-portable: sm_90)
-constexpr int kMaxPortableCluster = 8;  // K1's chunks as one cluster (the window fold)
-constexpr int kRunRows = 32;  // rows of c whose squares are summed first (row_sum_of_squares)
 constexpr int kMaxRopeDim = kThreads;  // K2's k_pe slice is one block
 constexpr int kBlocksPerSm = 2;    // K1's and K3's target (launch bounds allow two)
 // K3's blocks per SM (launch bounds and grid): the ring's 4, so that a fresh kv_b stream has the
@@ -181,7 +171,6 @@ struct DecodeParams {
   float* partials;        // [chunks, T, rows_ld]
   float* ckv;             // [T, rows_ld]: the sums (q_a and c rows)
   float* sumsq;           // [T, slices]
-  float* run_sumsq;       // [T, ceil(R / 32)]: the window fold's sums of squares of c by runs
   unsigned* arrivals;     // [T, 2]: q_a and c slices done
   MlaEpilogueParams e;    // norms, RoPE, q_a, cache; e.latent: c [T, R] for stage B or null
   void* pe_out;           // [T, dr]: k_pe for stage B (rounded), or null
@@ -190,8 +179,6 @@ struct DecodeParams {
   bool whole_rows;       // K2 is the whole-row epilogue, one block per token
   bool cluster_norm;     // K2's slices of a token are one thread-block cluster (sm_90)
   bool fold;             // K3 runs it itself (mla_decode_fold_epilogue): no K2 launch
-  bool window_fold;      // no K2 either: K1's clusters sum the chunks into ckv and K3 runs the
-                         // row epilogue of every token of its window (mla_decode_window_fold)
   bool pair_stores;      // K3 stores two adjacent outputs as one 32-bit word (store_kv_pair)
   bool from_stage_a;     // c and k_pe from e.latent / pe_out, else:
   bool c_vectors, pe_vectors;  // every token's c (k_pe) source row is whole 16-byte vectors
@@ -303,70 +290,6 @@ __device__ __forceinline__ const T* stage_a_row(const DecodeParams& p, int n) {
   return nullptr;
 }
 
-// Sum over the warp by a butterfly (every lane gets the same bits).
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// K1's sums without the partials (window_fold; sm_90): the launcher makes the chunks of a row group
-// and window one cluster (rank = chunk), each block's values go to its own shared memory
-// (`own` [window][64 rows], over the hidden chunk once every warp is past its MMAs), and after a
-// cluster barrier each block sums its share of the (token, row) values over the chunks in chunk
-// order from 0, as K2's sum_chunk_partials does (the same bits), into ckv [T, rows_ld]; each warp's
-// share is one run of 32 rows of a token, whose squares it sums (row_sum_of_squares' runs) into
-// run_sumsq [T, runs] for the rows of c.
-template <int kM>
-__device__ __forceinline__ void sum_chunks_in_cluster(const DecodeParams& p, const TokenWindow& win,
-                                                      const Acc<kM, 1>& acc, float* own) {
-  constexpr int kGroupRows = kWarps * kTileRows;
-  static_assert(kGroupRows % 32 == 0 && kThreads % kGroupRows == 0,
-                "a warp's share is one run of one token");
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int g = lane / 4, q = lane % 4;
-  __syncthreads();  // every warp is past its reads of the hidden chunk
-#pragma unroll
-  for (int m = 0; m < kM; ++m) {
-    const int t0 = m * kMTile + g, t1 = t0 + 8;
-    float* row0 = own + t0 * kGroupRows + warp * kTileRows + 2 * q;
-    float* row1 = own + t1 * kGroupRows + warp * kTileRows + 2 * q;
-    if (t0 < win.count) {
-      row0[0] = acc.value(m, 0);
-      row0[1] = acc.value(m, 1);
-    }
-    if (t1 < win.count) {
-      row1[0] = acc.value(m, 2);
-      row1[1] = acc.value(m, 3);
-    }
-  }
-  cluster_arrive();  // this block's values, released to the cluster
-  cluster_wait();
-  const int first_row = blockIdx.x * kGroupRows;
-  const int runs = ceil_div(p.kv_rank, kRunRows);
-  // Warp-uniform bounds: win.count * kGroupRows is whole warps.
-  for (int e = blockIdx.y * kThreads + threadIdx.x; e < win.count * kGroupRows;
-       e += p.chunks * kThreads) {
-    const int t = e / kGroupRows, r = e - t * kGroupRows, n = first_row + r;
-    float part[kMaxPortableCluster];  // every chunk's load in flight, then the sum in order
-#pragma unroll
-    for (int c = 0; c < kMaxPortableCluster; ++c) {
-      part[c] = c < p.chunks ? load_cluster_shared_float(own + e, c) : 0.f;
-    }
-    float x = 0.f;
-#pragma unroll
-    for (int c = 0; c < kMaxPortableCluster; ++c) {
-      if (c < p.chunks) x += part[c];
-    }
-    const int64_t row = static_cast<int64_t>(win.begin + t);
-    if (n < p.rows_ld) p.ckv[row * p.rows_ld + n] = x;
-    const float squares = warp_sum(n < p.kv_rank ? x * x : 0.f);
-    if (lane == 0 && n < p.kv_rank) p.run_sumsq[row * runs + n / kRunRows] = squares;
-  }
-  cluster_arrive();  // done reading the others' values: they may exit once everyone is
-  cluster_wait();
-}
-
 // K1. Block (row group x, chunk y); warp w takes rows (8x + w) * 8 .. + 8; kM token tiles.
 template <typename T, int kM>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
@@ -416,10 +339,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     mma_step<T, kStageALoads<kM>, kM>(acc, x, ld, win.count, k1, k_begin, k_end, g, q, wb);
   }
 
-  if (p.window_fold) {
-    sum_chunks_in_cluster<kM>(p, win, acc, reinterpret_cast<float*>(smem_a));
-    return;
-  }
   if (tile * kTileRows >= p.rows_ld) return;
   // Tile m: tokens 16m + g (values 0, 1) and 16m + g + 8 (2, 3) x rows 2q, 2q + 1 of the tile.
   float* out = p.partials +
@@ -457,10 +376,10 @@ __device__ __forceinline__ Slice slice_of(const DecodeParams& p, int s) {
   return {2, begin, begin + p.rope_dim, s, 1};
 }
 
-// Sum over the block (every thread gets it): the warps' sums added in warp order from 0; red
-// [kWarps] is reused after a barrier.
+// Sum over the block (every thread gets it); red [kWarps] is reused after a barrier.
 __device__ __forceinline__ float block_sum(float v, float* red) {
-  v = warp_sum(v);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   __syncthreads();  // red's previous use is over
   if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
   __syncthreads();
@@ -626,35 +545,6 @@ __device__ __forceinline__ void sum_chunk_partials(const DecodeParams& p, int t,
   }
 }
 
-// c's sum of squares, in the order every epilogue of cuda-mla-decode without q_a uses (the same
-// bits whichever runs): each run of 32 rows' squares summed by warp_sum, then those sums in row
-// order from 0. Here x[j] holds row threadIdx.x + j * kThreads, so warp w's rows of x[j] are run
-// j * kWarps + w; red [kRowEpilogueRows * kWarps] is reused after a barrier.
-constexpr int kRowEpilogueRed = kRowEpilogueRows * kWarps;
-template <int kRows>
-__device__ __forceinline__ float row_sum_of_squares(const DecodeParams& p, const float (&x)[kRows],
-                                                    float* red) {
-  static_assert(kThreads == kWarps * kRunRows && kRows * kWarps <= kRowEpilogueRed,
-                "a warp's rows of x[j] are one run");
-  const int warp = threadIdx.x / 32;
-  float s[kRows];
-#pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    const bool in = threadIdx.x + j * kThreads < p.kv_rank;
-    s[j] = warp_sum(in ? x[j] * x[j] : 0.f);
-  }
-  __syncthreads();  // red's previous use is over
-  if (threadIdx.x % 32 == 0) {
-#pragma unroll
-    for (int j = 0; j < kRows; ++j) red[j * kWarps + warp] = s[j];
-  }
-  __syncthreads();
-  float total = 0.f;
-  const int runs = ceil_div(p.kv_rank, kRunRows);
-  for (int r = 0; r < runs; ++r) total += red[r];
-  return total;
-}
-
 // Token t's c into c [R] and k_pe into pe [dr] (shared or global memory, rounded to T), and both
 // into the cache row (null: none), from the chunk partials of its [c | k_pe] rows (after q_a's
 // q_rows, which only the fused stage A has here); x_pe [2 dr] and red [kWarps] are shared scratch.
@@ -665,8 +555,12 @@ __device__ __forceinline__ void row_epilogue(const DecodeParams& p, const RowEpi
   const int width = p.kv_rank + p.rope_dim;
   float x[kRowEpilogueRows];
   sum_chunk_partials<kRowEpilogueRows, kBatch>(p, t, p.q_rows, width, x);
-  const float inv =
-      rsqrtf(row_sum_of_squares(p, x, red) / static_cast<float>(p.kv_rank) + p.e.eps);
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < kRowEpilogueRows; ++j) {
+    if (threadIdx.x + j * kThreads < p.kv_rank) ss += x[j] * x[j];
+  }
+  const float inv = rsqrtf(block_sum(ss, red) / static_cast<float>(p.kv_rank) + p.e.eps);
 #pragma unroll
   for (int j = 0; j < kRowEpilogueRows; ++j) {
     const int n = threadIdx.x + j * kThreads;
@@ -689,121 +583,6 @@ __device__ __forceinline__ void row_epilogue(const DecodeParams& p, const RowEpi
     const T y = from_float<T>(x_pe[p.rope_dim + threadIdx.x]);
     if (pe != nullptr) pe[threadIdx.x] = y;
     if (cache != nullptr) cache[p.kv_rank + threadIdx.x] = y;
-  }
-}
-
-// The window fold (window_fold: K3 without K2 before it): each K3 block makes c and k_pe of its
-// window's tokens (at most one token tile) from K1's cluster sums: their rows [c | k_pe] (float32)
-// copied into shared memory by cp.async while the first threads sum each token's run sums of
-// squares (in run order: row_sum_of_squares' bits), then every value of c normalized and rounded
-// into K3's operand, k_pe rotated and rounded; the first block of each window also writes the
-// window's cache rows. What stage A does not write (gamma, the angles, the cache rows) is read
-// before K3's wait.
-// Its shared memory after K3's c and k_pe (byte offsets in K3's dynamic shared memory): the rows
-// [window][rows_ld], gamma [R], the RoPE pair angles [window][dr / 2], the rotated k_pe
-// [window][dr], each token's 1 / rms and position check [window].
-struct WindowFoldLayout {
-  int64_t rows, gamma, angles, rotated, inv, ok, bytes;
-};
-
-LATENTKV_HD WindowFoldLayout window_fold_layout(int64_t window, int64_t c_ld, int64_t rows_ld,
-                                                int64_t kv_rank, int64_t rope_dim, int64_t eb) {
-  WindowFoldLayout l{};
-  l.rows = round_up<int64_t>(eb * window * (c_ld + rope_dim), 16);
-  l.gamma = l.rows + 4 * window * rows_ld;
-  l.angles = round_up<int64_t>(l.gamma + 4 * kv_rank, 16);
-  l.rotated = l.angles + 16 * window * (rope_dim / 2);
-  l.inv = l.rotated + 4 * window * rope_dim;
-  l.ok = l.inv + 4 * window;
-  l.bytes = l.ok + 4 * window;
-  return l;
-}
-
-struct WindowFoldShared {
-  float* rows;     // [window][rows_ld]: K1's sums, c then k_pe
-  float* gamma;    // [R]
-  float4* angles;  // [window][dr / 2]: (ca, sa, cb, sb)
-  float* rotated;  // [window][dr]
-  float* inv;      // [window]
-  int* ok;         // [window]
-};
-
-__device__ __forceinline__ WindowFoldShared window_fold_shared(void* smem, const DecodeParams& p,
-                                                               int c_ld, int eb) {
-  const WindowFoldLayout l =
-      window_fold_layout(p.window_b, c_ld, p.rows_ld, p.kv_rank, p.rope_dim, eb);
-  char* base = static_cast<char*>(smem);
-  return {reinterpret_cast<float*>(base + l.rows),     reinterpret_cast<float*>(base + l.gamma),
-          reinterpret_cast<float4*>(base + l.angles),  reinterpret_cast<float*>(base + l.rotated),
-          reinterpret_cast<float*>(base + l.inv),      reinterpret_cast<int*>(base + l.ok)};
-}
-
-// Before K3's wait: gamma and the window's RoPE angles into shared memory.
-template <typename T, typename RopeT>
-__device__ __forceinline__ void window_fold_inputs(const DecodeParams& p, const TokenWindow& win,
-                                                   const WindowFoldShared& s) {
-  const T* gamma = static_cast<const T*>(p.e.kv_norm);
-  for (int n = threadIdx.x; n < p.kv_rank; n += kThreads) s.gamma[n] = to_float(gamma[n]);
-  const int half = p.rope_dim / 2;
-  for (int i = threadIdx.x; i < win.count * half; i += kThreads) {
-    const int t = i / half, j = i - t * half;
-    const RopeAngles<RopeT> a = rope_angles<RopeT>(p.e, win.begin + t);
-    const PairAngles c = rope_pair_angles(a, rope_pair(p.e.style, j, half), j, half);
-    s.angles[i] = make_float4(c.ca, c.sa, c.cb, c.sb);
-    if (j == 0) s.ok[t] = a.ok ? 1 : 0;
-  }
-}
-
-// After it: c of the window's tokens into a [window, ld] and k_pe into pe [window, dr] (rounded to
-// T), both into cache_rows[t] (null: none). Every thread meets its barriers.
-template <typename T>
-__device__ __forceinline__ void window_row_epilogue(const DecodeParams& p, const TokenWindow& win,
-                                                    const WindowFoldShared& s,
-                                                    T* const* cache_rows, T* a, int ld, T* pe) {
-  const int vectors = p.rows_ld / 4;  // per row; rows_ld % 8 == 0, ckv's rows 32-byte aligned
-  for (int i = threadIdx.x; i < win.count * vectors; i += kThreads) {
-    const int t = i / vectors, v = i - t * vectors;
-    copy16_async(s.rows + t * p.rows_ld + 4 * v,
-                 p.ckv + static_cast<int64_t>(win.begin + t) * p.rows_ld + 4 * v, true);
-  }
-  if (threadIdx.x < win.count) {  // the token's runs in order, as row_sum_of_squares sums them
-    const int runs = ceil_div(p.kv_rank, kRunRows);
-    const float* sums = p.run_sumsq + static_cast<int64_t>(win.begin + threadIdx.x) * runs;
-    float total = 0.f;
-    for (int r = 0; r < runs; ++r) total += __ldcg(sums + r);
-    s.inv[threadIdx.x] = rsqrtf(total / static_cast<float>(p.kv_rank) + p.e.eps);
-  }
-  wait_async_copies();
-  __syncthreads();
-  const int c_vectors = p.kv_rank / 4;  // R % 8 == 0
-  for (int i = threadIdx.x; i < win.count * c_vectors; i += kThreads) {
-    const int t = i / c_vectors, n = 4 * (i - t * c_vectors);
-    const float4 x = *reinterpret_cast<const float4*>(s.rows + t * p.rows_ld + n);
-    const float4 g = *reinterpret_cast<const float4*>(s.gamma + n);
-    const float inv = s.inv[t];
-    const T y[4] = {from_float<T>(x.x * inv * g.x), from_float<T>(x.y * inv * g.y),
-                    from_float<T>(x.z * inv * g.z), from_float<T>(x.w * inv * g.w)};
-    T* dst = a + t * ld + n;
-    T* cache = cache_rows[t];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      dst[k] = y[k];
-      if (cache != nullptr) cache[n + k] = y[k];
-    }
-  }
-  const int half = p.rope_dim / 2;
-  for (int i = threadIdx.x; i < win.count * half; i += kThreads) {
-    const int t = i / half, j = i - t * half;
-    const float4 c = s.angles[i];
-    rope_apply<T>(rope_pair(p.e.style, j, half), PairAngles{c.x, c.y, c.z, c.w}, s.ok[t] != 0,
-                  s.rows + t * p.rows_ld + p.kv_rank, s.rotated + t * p.rope_dim);
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < win.count * p.rope_dim; i += kThreads) {
-    const int t = i / p.rope_dim, j = i - t * p.rope_dim;
-    const T y = from_float<T>(s.rotated[i]);
-    pe[i] = y;
-    if (cache_rows[t] != nullptr) cache_rows[t][p.kv_rank + j] = y;
   }
 }
 
@@ -937,7 +716,7 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
     mla_decode_stage_a_row_epilogue(const __grid_constant__ DecodeParams p) {
-  __shared__ float red[kRowEpilogueRed];
+  __shared__ float red[kWarps];
   __shared__ float pe[2 * kMaxRopeDim];  // k_pe before and after RoPE
   allow_dependents();
   const int t = blockIdx.y;
@@ -970,7 +749,7 @@ static_assert(kFusedTiles * kMTile * kTileRows == kThreads, "the warp reduction:
 // register cap, kFusedBlocksPerSm blocks fit every sm_80+ SM (164 KB or more), so the plan's grid
 // is co-resident on a whole device without an occupancy query.
 constexpr size_t kFusedStaticSmem =
-    sizeof(float) * (kWarps * kFusedTiles * kMTile * kTileRows + kRowEpilogueRed + 2 * kMaxRopeDim);
+    sizeof(float) * (kWarps * kFusedTiles * kMTile * kTileRows + kWarps + 2 * kMaxRopeDim);
 static_assert(kFusedBlocksPerSm * kFusedStaticSmem <= 100 * 1024,
               "the fused stage A's blocks per SM fit every sm_80+ SM's shared memory");
 
@@ -978,7 +757,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads, kFusedBlocksPerSm)
     mla_decode_fused_stage_a(const __grid_constant__ DecodeParams p) {
   __shared__ float sums[kWarps][kFusedTiles][kMTile * kTileRows];  // [warp][tile][token][row]
-  __shared__ float red[kRowEpilogueRed];
+  __shared__ float red[kWarps];
   __shared__ float pe[2 * kMaxRopeDim];
   allow_dependents();  // stage B's blocks may start their kv_b stream beside this grid
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -1296,28 +1075,9 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   // keep none of its inputs across the wait.
   constexpr bool kCanFold = !kRing;
   const bool fold = kCanFold && p.fold;
-  // The window fold likewise, at one token tile (the launcher's k.window_fold).
-  constexpr bool kCanWindowFold = !kRing && kM == 1;
-  const bool window_fold = kCanWindowFold && p.window_fold;
   RowEpilogueInputs fold_in{};
-  __shared__ T* fold_cache_rows[kMTile];  // the window fold's cache rows (null: none)
-  WindowFoldShared window_shared{};
   if constexpr (kCanFold) {
     if (fold) fold_in = row_epilogue_inputs<T>(p, 0);
-  }
-  if constexpr (kCanWindowFold) {
-    if (window_fold) {
-      window_shared = window_fold_shared(smem_b, p, ld, sizeof(T));
-      if (p.e.rope_dtype == DType::kFloat32) {
-        window_fold_inputs<T, float>(p, win, window_shared);
-      } else {
-        window_fold_inputs<T, T>(p, win, window_shared);
-      }
-      for (int t = threadIdx.x; t < win.count; t += kThreads) {
-        fold_cache_rows[t] =
-            blockIdx.x == 0 ? mla_cache_row<T>(p.e.cache, win.begin + t, p.e.seq) : nullptr;
-      }
-    }
   }
   wait_for_previous_stage();
 
@@ -1325,9 +1085,9 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   __shared__ const T* c_src[kMaxTokens];
   __shared__ const T* pe_src[kMaxTokens];
   __shared__ int64_t k_rows[kMaxTokens], v_rows[kMaxTokens];
-  __shared__ float fold_pe[2 * kMaxRopeDim], fold_red[kRowEpilogueRed];  // the fold's scratch
+  __shared__ float fold_pe[2 * kMaxRopeDim], fold_red[kWarps];  // the fold's scratch
   for (int t = threadIdx.x; t < win.count; t += kThreads) {
-    if (!fold && !window_fold) stage_b_sources<T>(p, win.begin + t, &c_src[t], &pe_src[t]);
+    if (!fold) stage_b_sources<T>(p, win.begin + t, &c_src[t], &pe_src[t]);
     k_rows[t] = token_offset(win.begin + t, p.seq, p.k.stride_batch, p.k.stride_seq);
     v_rows[t] = token_offset(win.begin + t, p.seq, p.v_stride_batch, p.v_stride_seq);
   }
@@ -1337,10 +1097,6 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
     T* cache = blockIdx.x == 0 && blockIdx.y == 0 ? mla_cache_row<T>(p.e.cache, 0, p.e.seq)
                                                   : nullptr;
     row_epilogue<T, kRowEpilogueBatch<false>>(p, fold_in, 0, a, pe, cache, fold_pe, fold_red);
-  } else if (window_fold) {
-    if constexpr (kCanWindowFold) {
-      window_row_epilogue<T>(p, win, window_shared, fold_cache_rows, a, ld, pe);
-    }
   } else {
     stage_rows<T>(a, ld, c_src, win.count, p.kv_rank, p.c_vectors);
     stage_rows<T>(pe, p.rope_dim, pe_src, win.count, p.rope_dim, p.pe_vectors);
@@ -1467,7 +1223,7 @@ constexpr int64_t kMaxGridY = 65535;  // gridDim.y's limit: K1's chunks of D
 // The workspace's regions (bytes from its first 256-byte boundary), for the largest call of the
 // problem (q_a on, the most chunks).
 struct WorkspaceLayout {
-  int64_t partials, ckv, sumsq, run_sumsq, arrivals, latent, pe, end;
+  int64_t partials, ckv, sumsq, arrivals, latent, pe, end;
 };
 
 WorkspaceLayout workspace_layout(const MlaProblem& p) {
@@ -1486,7 +1242,6 @@ WorkspaceLayout workspace_layout(const MlaProblem& p) {
   w.partials = region(max_chunks * T * rows_ld * 4);
   w.ckv = region(T * rows_ld * 4);
   w.sumsq = region(T * slices * 4);
-  w.run_sumsq = region(T * ceil_div<int64_t>(p.kv_rank, kRunRows) * 4);
   w.arrivals = region(T * 2 * 4);
   w.latent = region(T * p.kv_rank * eb);
   w.pe = region(T * p.rope_dim * eb);
@@ -1536,8 +1291,7 @@ int64_t stage_b_smem(const MlaProblem& p, int64_t tokens, int64_t eb) {
 // K3's static shared memory (the per-token source pointers and output rows, the fold's scratch),
 // which the opt-in limit includes.
 constexpr int64_t kStageBStaticSmem = 2 * kMaxTokens * (sizeof(const void*) + sizeof(int64_t)) +
-                                      kMTile * sizeof(void*) +
-                                      (2 * kMaxRopeDim + kRowEpilogueRed) * sizeof(float);
+                                      (2 * kMaxRopeDim + kWarps) * sizeof(float);
 static_assert(stage_b_max_smem<__nv_bfloat16, 1>() + kStageBStaticSmem <= 48 * 1024,
               "K3's one-tile variants (held and ring) need no opt-in: only the 2- and 4-tile "
               "ones are opted in");
@@ -1549,14 +1303,6 @@ cudaError_t opt_in_stage_b(size_t device_limit) {
   return cudaFuncSetAttribute(mla_decode_stage_b<T, kM, false>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(bytes));
-}
-
-// K3's one-tile held kernel with the window fold's shared memory: opted in to the device's limit.
-template <typename T>
-cudaError_t opt_in_window_fold(size_t device_limit) {
-  return cudaFuncSetAttribute(mla_decode_stage_b<T, 1, false>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(device_limit - kStageBStaticSmem));
 }
 
 // K2's clusters past the portable 8 blocks (every sm_90 device runs 16), for both RoPE table types
@@ -1574,8 +1320,7 @@ cudaError_t allow_wide_epilogue_clusters(int major) {
 }
 
 // The per-device setup (prepared_device): K3's two- and four-tile variants opted in to their
-// largest plan or the device's limit (takes() refuses a plan past that limit), its one-tile held
-// variant to the limit (the window fold's plan where it fits), K2 to clusters of
+// largest plan or the device's limit (takes() refuses a plan past that limit), K2 to clusters of
 // kMaxClusterSlices.
 struct DecodeKernels {
   static Status setup(const DeviceFacts& f) {
@@ -1583,8 +1328,6 @@ struct DecodeKernels {
     if (err == cudaSuccess) err = opt_in_stage_b<__nv_bfloat16, 4>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__half, 2>(f.smem_optin);
     if (err == cudaSuccess) err = opt_in_stage_b<__half, 4>(f.smem_optin);
-    if (err == cudaSuccess) err = opt_in_window_fold<__nv_bfloat16>(f.smem_optin);
-    if (err == cudaSuccess) err = opt_in_window_fold<__half>(f.smem_optin);
     if (err != cudaSuccess) return cuda_status(err, "cuda-mla-decode: shared-memory opt-in");
     err = allow_wide_epilogue_clusters<__nv_bfloat16>(f.major);
     if (err == cudaSuccess) err = allow_wide_epilogue_clusters<__half>(f.major);
@@ -1641,7 +1384,6 @@ void bind_tensors(const MlaProblem& p, const MlaArgs& a, DecodeParams& k) {
     k.partials = reinterpret_cast<float*>(base + w.partials);
     k.ckv = reinterpret_cast<float*>(base + w.ckv);
     k.sumsq = reinterpret_cast<float*>(base + w.sumsq);
-    k.run_sumsq = reinterpret_cast<float*>(base + w.run_sumsq);
     k.arrivals = reinterpret_cast<unsigned*>(base + w.arrivals);
     if (runs_second(p)) {
       k.e.latent = base + w.latent;
@@ -1741,18 +1483,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
   k.fold = !fused && runs_first(p) && runs_second(p) && whole_row_fits && k.tokens == 1 && !ring &&
            mla_decode_fold_epilogue(stage_b_blocks(tiles, ring, facts->sm_count) * k.chunks *
                                     k.rows_ld * int64_t{sizeof(float)});
-  // The window fold: K1's clusters (one per row group and window, its chunks; at most the
-  // portable 8) sum the chunks, K3's one-tile held kernel (opted in to the device's shared memory)
-  // runs the row epilogue, K2 is not launched.
-  const int64_t fold_smem_b =
-      window_fold_layout(k.window_b, smem_ld(k.kv_rank), k.rows_ld, k.kv_rank, k.rope_dim, eb)
-          .bytes;
-  k.window_fold = !fused && !k.fold && runs_first(p) && runs_second(p) && whole_row_fits &&
-                  kMB == 1 && !ring && plan.chunks <= kMaxPortableCluster &&
-                  fold_smem_b + kStageBStaticSmem <= static_cast<int64_t>(facts->smem_optin) &&
-                  programmatic_launch_allowed<mla_decode_stage_a<T, kMA>>(facts->major) &&
-                  mla_decode_window_fold(p.tokens());
-  k.whole_rows = !k.fold && !k.window_fold && whole_row_fits &&
+  k.whole_rows = !k.fold && whole_row_fits &&
                  mla_decode_whole_rows(ceil_div(k.chunks, kRowEpilogueBatch<true>));
 
   bind_tensors(p, a, k);
@@ -1784,32 +1515,19 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
     // K1 waits for the kernel before it (the caller's, or the previous call's last) before it
     // touches memory (the arrivals it zeroes, the partials it overwrites, the inputs); launched
     // as its programmatic dependent where mla_decode_stage_a_programmatic, else a plain launch.
-    // With the window fold, a row group's chunks of a window are one cluster (then the
-    // programmatic attribute where it applies), and the shared memory holds the block's sums.
-    const bool k1_programmatic =
+    config.numAttrs =
         mla_decode_stage_a_programmatic(p.tokens(), int64_t{k.a_rows} * p.model_dim * eb) &&
         programmatic_launch_allowed<mla_decode_stage_a<T, kMA>>(facts->major);
-    cudaLaunchAttribute k1_attributes[2] = {{}, launch_config.attribute};
-    k1_attributes[0].id = cudaLaunchAttributeClusterDimension;
-    k1_attributes[0].val.clusterDim.x = 1;
-    k1_attributes[0].val.clusterDim.y = static_cast<unsigned>(plan.chunks);
-    k1_attributes[0].val.clusterDim.z = 1;
-    config.attrs = k.window_fold ? k1_attributes : k1_attributes + 1;
-    config.numAttrs = (k.window_fold ? 1 : 0) + (k1_programmatic ? 1 : 0);
     config.gridDim = dim3(plan.row_groups, plan.chunks, windows_a);
-    config.dynamicSmemBytes = std::max<size_t>(
-        sizeof(T) * k.window_a * smem_ld(k.chunk),
-        k.window_fold ? sizeof(float) * k.window_a * kWarps * kTileRows : 0);
-    const cudaError_t k1_launched = cudaLaunchKernelEx(&config, mla_decode_stage_a<T, kMA>, k);
-    config.attrs = &launch_config.attribute;
+    config.dynamicSmemBytes = sizeof(T) * k.window_a * smem_ld(k.chunk);
+    LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_a<T, kMA>, k));
     config.dynamicSmemBytes = 0;
-    LATENTKV_RETURN_IF_ERROR(cuda_status(k1_launched, "cudaLaunchKernelEx(mla_decode_stage_a)"));
     if (k.whole_rows) {
       config.numAttrs =
           programmatic_launch_allowed<mla_decode_stage_a_row_epilogue<T>>(facts->major);
       config.gridDim = dim3(1, k.tokens);
       LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_a_row_epilogue<T>, k));
-    } else if (!k.fold && !k.window_fold) {  // (the folds run K2's work in K3)
+    } else if (!k.fold) {
       // With cluster_norm: one cluster of the token's slices, then the programmatic attribute.
       cudaLaunchAttribute attributes[2] = {{}, launch_config.attribute};
       attributes[0].id = cudaLaunchAttributeClusterDimension;
@@ -1827,7 +1545,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
     }
   }
   if (!runs_second(p)) return Status::Ok();
-  const int64_t smem_b = k.window_fold ? fold_smem_b : stage_b_smem(p, k.window_b, sizeof(T));
+  const int64_t smem_b = stage_b_smem(p, k.window_b, sizeof(T));
   if constexpr (kMB == 1) {
     if (ring) {
       return launch_stage_b<T, kMB, true>(k, tiles, windows_b, smem_b, facts, runs_first(p),

@@ -138,8 +138,8 @@ __device__ __forceinline__ void mma<__half>(float (&d)[4], const uint32_t (&a)[4
 
 // ---- sm_90 ----
 
-// Thread-block clusters: this block's rank, the split cluster barrier (arrive, then wait), and
-// 16- and 4-byte reads of another block's shared memory.
+// Thread-block clusters: this block's rank, the split cluster barrier (arrive, then wait), and a
+// 16-byte read of another block's shared memory.
 __device__ __forceinline__ uint32_t cluster_block_rank() {
   uint32_t r = 0;
 #if LATENTKV_SM90
@@ -169,18 +169,6 @@ __device__ __forceinline__ float4 load_cluster_shared(const float* local, uint32
                : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                : "r"(remote)
                : "memory");
-#endif
-  return v;
-}
-// 4 bytes of block `rank`'s shared memory at the address `local` has in this block.
-__device__ __forceinline__ float load_cluster_shared_float(const float* local, uint32_t rank) {
-  float v = 0.f;
-#if LATENTKV_SM90
-  uint32_t remote = 0;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-               : "=r"(remote)
-               : "r"(shared_address(local)), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
 #endif
   return v;
 }

@@ -797,63 +797,10 @@ std::vector<MlaCase> decode_cases() {
       cases.push_back(c);
     }
   }
-  // Past one token through both stages without q_a, on sm_90 (mla_decode_window_fold): K1's
-  // clusters sum the chunks (3 here, 8 and 9 below), every stage-B block runs its window's row
-  // epilogue. Every dtype, RoPE style, form and table dtype and cache mode at T = 17 (two
-  // windows, a one-token last); T = 2, 9 (two passes of the fold's 8 tokens, the second of one),
-  // 33 (scalar stores) and 64 (K1's two-tile windows); a padding slot and a position outside the
-  // table; dr = 2 and 128; R + dr at 768 rows; 8 chunks at T = 16 and 40, 9 (not a portable
-  // cluster: the whole-row K2 again) at T = 8.
-  for (DType dt : kHalfTypes) {
-    for (RopeStyle style : kStyles) {
-      for (RopeForm form : {RopeForm::kPositions, RopeForm::kCosSin}) {
-        for (CacheMode cache : {CacheMode::kNone, CacheMode::kDense, CacheMode::kPaged}) {
-          MlaProblem p = one;
-          p.seq = kTile + 1;
-          MlaCase c = decode({"wfold", with(p, dt, MlaStage::kBoth, style), form, cache}, 8);
-          if (form == RopeForm::kCosSin && cache == CacheMode::kDense) {
-            c.problem.rope_dtype = dt;
-          }
-          cases.push_back(c);
-        }
-      }
-    }
-    for (int64_t tokens : {int64_t{2}, int64_t{9}, 2 * kTile + 1, kMaxTokens}) {
-      MlaProblem p = one;
-      p.batch = tokens == kMaxTokens ? 2 : 1;
-      p.seq = tokens / p.batch;
-      MlaCase c = decode({"wfold-T" + std::to_string(tokens),
-                          with(p, dt, MlaStage::kBoth, RopeStyle::kInterleave),
-                          RopeForm::kPositions, CacheMode::kPaged},
-                         tokens == 9 ? 0 : 8);
-      c.out_pad = tokens == 2 * kTile + 1 ? 1 : 0;
-      c.first_slot = tokens == 9 ? -1 : 0;
-      c.bad_positions = tokens == 2;
-      cases.push_back(c);
-    }
-  }
-  const MlaEdge window_fold_edges[] = {
-      {"wfold-rope2", 1, 5, 264, 0, 40, 2, 2, 8, 8},
-      {"wfold-rope128", 2, 10, 264, 0, 96, 128, 3, 16, 24},
-      {"wfold-768-rows", 1, 3, 256, 0, 704, 64, 2, 16, 16},
-      {"wfold-8-chunks", 1, 16, 2048, 0, 64, 16, 3, 24, 16},
-      {"wfold-8-chunks-T40", 2, 20, 2048, 0, 64, 16, 3, 24, 16},
-      {"wfold-9-chunks", 1, 8, 2304, 0, 64, 16, 3, 24, 16},
-  };
-  for (const MlaEdge& e : window_fold_edges) {
-    for (DType dt : kHalfTypes) {
-      MlaCase c = decode({e.name, with(mla_edge_problem(e), dt, MlaStage::kBoth,
-                                       RopeStyle::kNeox),
-                          RopeForm::kPositions, CacheMode::kPaged},
-                         0);
-      c.bad_positions = dt == DType::kFloat16;
-      cases.push_back(c);
-    }
-  }
-  // Past one token (the first stage alone, or both where the window fold does not run) without
-  // q_a, K2 runs as one block per token over the whole row where its partial loads take at most
-  // two round trips (mla_decode_whole_rows): T = 2 and 17 (two windows) at both stages; D = 2048
-  // at 8 chunks (two trips) and D = 2304 at 9 (three: the sliced K2 again).
+  // Past one token (or the first stage alone) without q_a, K2 runs as one block per token over
+  // the whole row where its partial loads take at most two round trips (mla_decode_whole_rows):
+  // T = 2 and 17 (two windows) at both stages; D = 2048 at 8 chunks (two trips) and D = 2304 at
+  // 9 (three: the sliced K2 again).
   for (DType dt : kHalfTypes) {
     for (int64_t tokens : {2, 17}) {
       for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst}) {
@@ -1236,74 +1183,6 @@ TEST(MlaGpu, NoKernelOfACallReadsBeforeTheKernelBeforeItEnds) {
     }
   }
   cudaStreamDestroy(stream);
-}
-
-// The window fold (K1's cluster sums, the row epilogue in every stage-B block) writes the cache
-// rows the first stage alone writes (K1's partials, the whole-row K2) bit for bit: the same sums
-// in the same order. V2-Lite's R and dr over 16 and 64 tokens; the whole path's K and V against
-// the reference too (check_case covers them; here the comparison is between the two paths).
-TEST(MlaDecodeGpu, WindowFoldWritesTheFirstStagesCacheRowsBitForBit) {
-  SKIP_WITHOUT_CUDA_MLA();
-  for (int64_t tokens : {16, 64}) {
-    MlaProblem p = with(mla_shape(2048, 0, 512, 64, 2, 128, 128), DType::kBFloat16,
-                        MlaStage::kBoth, RopeStyle::kInterleave);
-    p.seq = tokens;
-    SCOPED_TRACE(p.to_string());
-    const MlaInputs in = random_mla_inputs(p, kSeed + 7 * static_cast<uint64_t>(tokens));
-    const Options o = decode_options(nullptr);
-    DeviceArena arena;
-    const auto upload = [&](const std::vector<float>& values, DType dtype) {
-      return upload_values(arena, values, dtype);
-    };
-    const size_t cache_bytes =
-        static_cast<size_t>(tokens * p.cache_width() * element_size(p.dtype));
-    const size_t k_bytes =
-        static_cast<size_t>(tokens * p.heads * p.k_width() * element_size(p.dtype));
-    const size_t v_bytes = static_cast<size_t>(tokens * p.heads * p.v_dim * element_size(p.dtype));
-    MlaArgs a = contiguous_mla_args(p);
-    a.hidden = upload(in.hidden, p.dtype);
-    a.kv_a_weight = upload(in.kv_a_weight, p.dtype);
-    a.kv_a_norm_weight = upload(in.kv_a_norm_weight, p.dtype);
-    a.kv_b_weight = upload(in.kv_b_weight, p.dtype);
-    a.positions = static_cast<const int64_t*>(
-        arena.upload(in.positions.data(), in.positions.size() * sizeof(int64_t)));
-    a.max_position = in.max_position;
-    a.cos_sin_cache = upload(in.cos_sin_cache, p.rope_dtype);
-    a.num_slots = p.tokens();
-    a.k = upload_poison(arena, k_bytes);
-    a.v = upload_poison(arena, v_bytes);
-    std::vector<std::vector<unsigned char>> caches;
-    for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst}) {
-      MlaProblem run_p = p;
-      run_p.stage = stage;
-      MlaArgs run_a = a;
-      run_a.kv_cache = upload_poison(arena, cache_bytes);
-      const int64_t ws = workspace_size(run_p, o);
-      run_a.workspace = upload_poison(arena, static_cast<size_t>(ws));
-      run_a.workspace_bytes = ws;
-      if (stage == MlaStage::kFirst) {
-        run_a.k = run_a.v = nullptr;
-        run_a.kv_b_weight = nullptr;
-      }
-      ASSERT_FALSE(HasFailure()) << "setting up";
-      const Status st = run(run_p, run_a, o);
-      ASSERT_TRUE(st.ok()) << st.message();
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      std::vector<unsigned char> bytes(cache_bytes);
-      ASSERT_EQ(cudaMemcpy(bytes.data(), run_a.kv_cache, cache_bytes, cudaMemcpyDeviceToHost),
-                cudaSuccess);
-      caches.push_back(std::move(bytes));
-    }
-    EXPECT_TRUE(caches[0] == caches[1]) << "the cache rows of both stages and of the first differ";
-    const MlaOutputs ref = reference_mla(p, in, RopeForm::kPositions);
-    const MlaOutputs emu = emulate_unfused_mla(p, in, RopeForm::kPositions);
-    std::vector<double> ref_rows, emu_rows;
-    for (int64_t t = 0; t < tokens; ++t) {
-      append_cache_row(p, ref, t, &ref_rows);
-      append_cache_row(p, emu, t, &emu_rows);
-    }
-    expect_close("the cache rows", from_bytes(caches[0], p.dtype), ref_rows, emu_rows, p.dtype);
-  }
 }
 
 // cudaStreamPerThread is one handle for a stream per host thread: two threads calling on theirs at

@@ -2,7 +2,7 @@
 # Per-kernel view of cuda-mla-decode's V2-Lite whole path with and without a change: ncu
 # durations (kernels serialized, clocks not locked) and the nsys timeline of graph replays, for the
 # working tree (A) and the working tree with PATCH applied (C). Output in $OUT; a summary on stdout.
-#   PATCH=dev/mla_window_fold.patch TOKENS="16 64" bash dev/mla_window_fold_profile.sh
+#   PATCH=dev/mla_window_fold.patch TOKENS="16 64" bash dev/mla_decode_ab_profile.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"

@@ -87,9 +87,10 @@ _CPU_BF16_OP_TOKENS = _C.cpu_split_tokens("bfloat16") if _CPU_BF16_DOTS else 0
 # The CPU backend's MLA path against torch's own math (transformers' order) on a 2-core
 # AVX512-BF16 VM, V2-Lite dims, both stages (docs/perf.md, cpu-mla, 2026-12-06): bf16 on the dot
 # products 3.2x at one token, 1.4x at 16, 1.13-1.25x at 24, 1.14-1.18x at 32, 0.86-1.07x at 48,
-# 0.89x at 64; float32 1.44x at 64, 1.14x at 128, level at 256, 0.9x at 512. Past these rows MLAKVProjection and latentkv.hf hand a CPU call (or its
-# stage B) to torch's math; fp16 (torch's CPU fp16 GEMMs are far slower) and bf16 on the widened
-# products (not measured against torch) stay with the op at every size.
+# 0.89x at 64; float32 1.44x at 64, 1.14x at 128, level at 256, 0.9x at 512. Past these rows
+# MLAKVProjection and latentkv.hf hand a CPU call (or its stage B) to torch's math; fp16 (torch's
+# CPU fp16 GEMMs are far slower) and bf16 on the widened products (not measured against torch)
+# stay with the op at every size.
 _CPU_MLA_OP_ROWS = {torch.float32: 128}
 if _CPU_BF16_DOTS:
     _CPU_MLA_OP_ROWS[torch.bfloat16] = 32

@@ -2,23 +2,28 @@
 # Per-kernel view of cuda-mla-decode's V2-Lite whole path with and without a change: ncu
 # durations (kernels serialized, clocks not locked) and the nsys timeline of graph replays, for the
 # working tree (A) and the working tree with PATCH applied (C). Output in $OUT; a summary on stdout.
+# TREES=/tmp/variants reuses dev/variants_ab.sh's builds of A and C (no PATCH, no build here).
 #   PATCH=dev/mla_window_fold.patch TOKENS="16 64" bash dev/mla_decode_ab_profile.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-W=/tmp/wfprof; rm -rf $W && mkdir -p $W/A
-git ls-files -co --exclude-standard | while read -r f; do [ -e "$f" ] && echo "$f"; done |
-  tar -cf - -T - | tar -xf - -C $W/A
-cp -r $W/A $W/C && patch -d $W/C -p1 -s < "$PATCH" || { echo "patch failed"; exit 1; }
-gen=""; command -v ninja >/dev/null && gen="-G Ninja"
-for v in A C; do
-  (cmake -S $W/$v -B $W/$v/bg $gen -DCMAKE_BUILD_TYPE=Release \
-     -DCMAKE_CUDA_ARCHITECTURES=90a \
-     -DLATENTKV_BUILD_TESTS=OFF > "$OUT/build_$v.log" 2>&1 &&
-   cmake --build $W/$v/bg -j 8 --target latentkv-bench >> "$OUT/build_$v.log" 2>&1
-   echo "build $v rc=$?") &
-done
-wait
+if [ -n "${TREES:-}" ]; then
+  W=$TREES
+else
+  W=/tmp/wfprof; rm -rf $W && mkdir -p $W/A
+  git ls-files -co --exclude-standard | while read -r f; do [ -e "$f" ] && echo "$f"; done |
+    tar -cf - -T - | tar -xf - -C $W/A
+  cp -r $W/A $W/C && patch -d $W/C -p1 -s < "$PATCH" || { echo "patch failed"; exit 1; }
+  gen=""; command -v ninja >/dev/null && gen="-G Ninja"
+  for v in A C; do
+    (cmake -S $W/$v -B $W/$v/bg $gen -DCMAKE_BUILD_TYPE=Release \
+       -DCMAKE_CUDA_ARCHITECTURES=90a \
+       -DLATENTKV_BUILD_TESTS=OFF > "$OUT/build_$v.log" 2>&1 &&
+     cmake --build $W/$v/bg -j 8 --target latentkv-bench >> "$OUT/build_$v.log" 2>&1
+     echo "build $v rc=$?") &
+  done
+  wait
+fi
 for T in ${TOKENS:-16 64}; do
   for v in A C; do
     B=$W/$v/bg/bench/latentkv-bench

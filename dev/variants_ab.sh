@@ -4,7 +4,8 @@
 # each patch of PATCHES applied (C, D, ...), runs the GPU tests (TESTS, a gtest filter) and
 # compute-sanitizer memcheck and racecheck on SANITIZE (a filter; racecheck hazards are counted in
 # our kernels only, cuBLAS's nvjet_* report their own) of A, or of each variant in TEST_VARIANTS
-# (letters; TESTS_<letter> and SANITIZE_<letter> override the filters per variant), then every
+# (letters; TESTS_<letter> and SANITIZE_<letter> override the filters per variant; a letter no
+# variant has, as TEST_VARIANTS=N, builds no tests: timing only), then every
 # bench line of CASES (';' separated latentkv-bench arguments; VARIANTS_<n>=letters limits line n
 # to some variants) on each variant, two rounds in alternating order, and prints one table: fused us per variant and the
 # baseline's, each row led by its CASES line number (B2B=1: also the back-to-back times, against an

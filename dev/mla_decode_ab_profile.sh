@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Per-kernel view of cuda-mla-decode's V2-Lite whole path with and without a change: ncu
-# durations (kernels serialized, clocks not locked) and the nsys timeline of graph replays, for the
+# durations (kernels serialized, clocks not locked) and, where nsys is installed (the device had none
+# in session 34), the nsys timeline of graph replays, for the
 # working tree (A) and the working tree with PATCH applied (C). Output in $OUT; a summary on stdout.
 # TREES=/tmp/variants reuses dev/variants_ab.sh's builds of A and C (no PATCH, no build here).
 #   PATCH=dev/mla_window_fold.patch TOKENS="16 64" bash dev/mla_decode_ab_profile.sh

@@ -2,7 +2,7 @@
 # One device call for the window fold (issues 15/16; docs/experiments.md, sessions 33-34): the
 # Python package of the working tree with dev/mla_window_fold.patch builds in the background while
 # dev/variants_ab.sh tests, sanitizes and times the tree (A), the patch (C) and the patch with the
-# fold from one token (D, .carry/wfold_t1.patch; timed only); then ncu and nsys per kernel of A and C
+# fold from one token (D, dev/mla_window_fold_from_one_token.diff on top; timed only); then ncu and nsys per kernel of A and C
 # (dev/mla_decode_ab_profile.sh on the same builds) and bench_mla.py's V2-Lite rows against
 # torch.compile on the patched package. Everything lands in $OUT; the A/B table prints last.
 #   bash dev/window_fold_call.sh
@@ -16,7 +16,8 @@ patch -d $PY -p1 -s < dev/mla_window_fold.patch || { echo "patch failed"; exit 1
 (cd $PY && CMAKE_BUILD_PARALLEL_LEVEL=6 nice -n 19 python3 -m pip install -q --no-build-isolation --no-deps \
    -Cbuild-dir=/tmp/bpy . > "$OUT/prof/pip.log" 2>&1; echo "pip rc=$?" >> "$OUT/prof/pip.log") &
 pip_pid=$!
-PATCHES="dev/mla_window_fold.patch .carry/wfold_t1.patch" TEST_VARIANTS=C TESTS_C='*Mla*' \
+cat dev/mla_window_fold.patch dev/mla_window_fold_from_one_token.diff > /tmp/wfold_from_one_token.patch
+PATCHES="dev/mla_window_fold.patch /tmp/wfold_from_one_token.patch" TEST_VARIANTS=C TESTS_C='*Mla*' \
   SANITIZE_C='*wfold_T64*:*wfold_8_chunks_T40*:*wfold_rope2*:*WindowFold*:*wfold_T9*' \
   CASES="--preset deepseek-v2-lite-mla --tokens 1,2,8,16,17,32,48,64 --quiet;--preset deepseek-v2-lite-mla --stage first --tokens 1,16,64 --quiet;--preset deepseek-v3-mla --q-rank 0 --tokens 1,16 --quiet" \
   timeout 360 bash dev/variants_ab.sh > "$OUT/ab.txt" 2>&1

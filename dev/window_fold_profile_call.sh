@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Second device call of session 34 for the window fold (docs/experiments.md): where its stage B
 # (K3) spends the ~12 us that ncu found over the tree's K3, and whether loading each token's run
-# sums together (.carry/wfold_runs_parallel.patch: the patch with that one change, D) removes it.
+# sums together (dev/mla_window_fold_runs_together.diff on top of the patch, D) removes it.
 # dev/variants_ab.sh times A (tree), C (dev/mla_window_fold.patch) and D, tests D's MLA decode
 # cases; then dev/source_profile.sh samples K3 of C and D and K1 of A and C at V2-Lite T=16.
 #   bash dev/window_fold_profile_call.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT/prof"
-PATCHES="dev/mla_window_fold.patch .carry/wfold_runs_parallel.patch" TEST_VARIANTS=D \
+cat dev/mla_window_fold.patch dev/mla_window_fold_runs_together.diff > /tmp/wfold_runs_together.patch
+PATCHES="dev/mla_window_fold.patch /tmp/wfold_runs_together.patch" TEST_VARIANTS=D \
   TESTS_D='*MlaDecode*:*wfold*:*WindowFold*' \
   CASES="--preset deepseek-v2-lite-mla --tokens 1,2,8,16,64 --quiet;--preset deepseek-v2-lite-mla --stage first --tokens 1,64 --quiet" \
   timeout 300 bash dev/variants_ab.sh > "$OUT/ab.txt" 2>&1

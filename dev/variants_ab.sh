@@ -10,12 +10,59 @@
 # to some variants) on each variant, two rounds in alternating order, and prints one table: fused us per variant and the
 # baseline's, each row led by its CASES line number (B2B=1: also the back-to-back times, against an
 # empty kernel launched the same way). Logs in $OUT/logs.tgz (the device tool brings back at most 8 files).
+# Killed by a timeout (TERM), it still prints the rows timed so far and packs the logs.
 #   AB_TAR=.carry/base.tar PATCHES=".carry/x.patch" CASES="--preset seed --tokens 1,64" \
 #     bash dev/variants_ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT0=${OUT:-$PWD/gpu-out}; L=$OUT0/l; mkdir -p "$L"
-trap 'tar -czf "$OUT0/logs.tgz" -C "$OUT0" l && rm -rf "$L"' EXIT
+# On any exit (a timeout's TERM too) the table of the rows timed so far, then the logs.
+table_printed=0
+finish() {
+  [ "$table_printed" = 1 ] || print_table
+  tar -czf "$OUT0/logs.tgz" -C "$OUT0" l && rm -rf "$L"
+}
+print_table() {
+table_printed=1
+python3 - "$L" <<'PY'
+import glob, json, os, re, sys
+rows, loops = {}, {}
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "bench_*.json"))):
+    i, v, r = re.match(r"bench_(\d+)_([A-Z])_(\d)", os.path.basename(path)).groups()
+    for line in open(path):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        x = json.loads(line)
+        t = ((x.get("fused") or {}).get("time_us") or {}).get("median")
+        b = ((x.get("unfused") or {}).get("time_us") or {}).get("median")
+        ok = "" if x.get("result") in ("pass", "passed", "ok") else f" {x.get('result')}!"
+        stage = (x.get("shape") or {}).get("stage", "")
+        key = (int(i), f"{x.get('case')} {stage} [{x.get('strategy')}]{ok}")
+        e = rows.setdefault(key, {})
+        e.setdefault(v, []).append(t)
+        if b: e.setdefault("base", []).append(b)
+        loop = ((x.get("fused") or {}).get("back_to_back_us") or {}).get("median")
+        empty = x.get("empty_kernel_back_to_back_us")
+        if loop:
+            e2 = loops.setdefault(key, {})
+            e2.setdefault(v, []).append(loop)
+            if empty: e2.setdefault("base", []).append(empty)
+f = lambda xs: " ".join(f"{x:6.2f}" for x in xs if x) if xs else "-"
+def table(title, rows, base):
+    print(title)
+    vs = sorted({v for e in rows.values() for v in e if v != "base"})
+    print(f"{'case':58s} " + " ".join(f"{v:>13s}" for v in vs) + f" {base:>13s}")
+    for key in sorted(rows):
+        e = rows[key]
+        print(f"{f'{key[0]}: {key[1]}'[:58]:58s} " + " ".join(f"{f(e.get(v)):>13s}" for v in vs) + f" {f(e.get('base', [])[:2]):>13s}")
+if os.environ.get("B2B"):
+    table("us per call back to back from C++ (median); empty = an empty kernel launched the same way", loops, "empty")
+table("us per call (graph replay, inputs rotated unless --no-rotate, median), two rounds per variant; base = the bench's baseline", rows, "base")
+PY
+}
+trap finish EXIT
+trap 'exit 143' TERM INT
 W=/tmp/variants; rm -rf $W && mkdir -p $W/A
 # (only the listed files that exist: the device's git index can name files removed since)
 git ls-files -co --exclude-standard | while read -r f; do [ -e "$f" ] && echo "$f"; done |
@@ -72,39 +119,4 @@ for round in 1 2; do
   done
 done
 echo "bench rows done at ${SECONDS} s"
-python3 - "$L" <<'PY'
-import glob, json, os, re, sys
-rows, loops = {}, {}
-for path in sorted(glob.glob(os.path.join(sys.argv[1], "bench_*.json"))):
-    i, v, r = re.match(r"bench_(\d+)_([A-Z])_(\d)", os.path.basename(path)).groups()
-    for line in open(path):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        x = json.loads(line)
-        t = ((x.get("fused") or {}).get("time_us") or {}).get("median")
-        b = ((x.get("unfused") or {}).get("time_us") or {}).get("median")
-        ok = "" if x.get("result") in ("pass", "passed", "ok") else f" {x.get('result')}!"
-        stage = (x.get("shape") or {}).get("stage", "")
-        key = (int(i), f"{x.get('case')} {stage} [{x.get('strategy')}]{ok}")
-        e = rows.setdefault(key, {})
-        e.setdefault(v, []).append(t)
-        if b: e.setdefault("base", []).append(b)
-        loop = ((x.get("fused") or {}).get("back_to_back_us") or {}).get("median")
-        empty = x.get("empty_kernel_back_to_back_us")
-        if loop:
-            e2 = loops.setdefault(key, {})
-            e2.setdefault(v, []).append(loop)
-            if empty: e2.setdefault("base", []).append(empty)
-f = lambda xs: " ".join(f"{x:6.2f}" for x in xs if x) if xs else "-"
-def table(title, rows, base):
-    print(title)
-    vs = sorted({v for e in rows.values() for v in e if v != "base"})
-    print(f"{'case':58s} " + " ".join(f"{v:>13s}" for v in vs) + f" {base:>13s}")
-    for key in sorted(rows):
-        e = rows[key]
-        print(f"{f'{key[0]}: {key[1]}'[:58]:58s} " + " ".join(f"{f(e.get(v)):>13s}" for v in vs) + f" {f(e.get('base', [])[:2]):>13s}")
-if os.environ.get("B2B"):
-    table("us per call back to back from C++ (median); empty = an empty kernel launched the same way", loops, "empty")
-table("us per call (graph replay, inputs rotated unless --no-rotate, median), two rounds per variant; base = the bench's baseline", rows, "base")
-PY
+print_table

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device call (prepared in session 35, ~5 minutes on 16 cores): the two prepared changes that
-# the device never ran, tested, sanitized and timed against the tree in the same call.
+# One device call (~5 minutes on 16 cores): the K2 and tensor-core changes that
+# the device never ran (session 35), tested, sanitized and timed against the tree in the same call.
 #   C = dev/mla_decode_k2_running_pointers.patch (K2's partials by running pointers, two trips)
 #   D = dev/mla_decode_k2_one_trip_running_pointers.patch (the same, one trip of 8 chunks)
 #   E = dev/fused_tc_two_blocks_swizzled.patch (cuda-fused's tensor-core configuration at two

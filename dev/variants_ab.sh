@@ -16,14 +16,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT0=${OUT:-$PWD/gpu-out}; L=$OUT0/l; mkdir -p "$L"
-# On any exit (a timeout's TERM too) the table of the rows timed so far, then the logs.
-table_printed=0
+# On any exit (the end, or a timeout's TERM) the table of the rows timed so far, then the logs.
 finish() {
-  [ "$table_printed" = 1 ] || print_table
+  print_table
   tar -czf "$OUT0/logs.tgz" -C "$OUT0" l && rm -rf "$L"
 }
 print_table() {
-table_printed=1
 python3 - "$L" <<'PY'
 import glob, json, os, re, sys
 rows, loops = {}, {}
@@ -119,4 +117,3 @@ for round in 1 2; do
   done
 done
 echo "bench rows done at ${SECONDS} s"
-print_table

@@ -30,7 +30,7 @@
 //                              cache row's c and c for stage B; the k_pe slice
 //                              rotates (mla_rope.h: every style and form, NaN past the table)
 //                              into the cache row and stage B's k_pe. Without q_a, where the
-//                              partials take at most two round trips, one block per token does
+//                              partials are one round trip (8 chunks), one block per token does
 //                              the whole [c | k_pe] row instead (no counters: the row epilogue).
 //                              At one token through both stages K2 is not launched where K3
 //                              holds whole tiles: every K3 block runs the row epilogue itself
@@ -464,10 +464,10 @@ __device__ __forceinline__ void normalize_group(const DecodeParams& p, const Sli
 // it as one block per token where there is no q_a and the row fits (mla_decode_whole_rows), and
 // K3 folds it in at one token (mla_decode_fold_epilogue; then K2 is not launched).
 constexpr int kRowEpilogueRows = 3;  // rows of [c | k_pe] per thread: R + dr <= 3 * kThreads
-// Chunk partials per row in flight: 8 (K3's held-tile kernels), or 4 within K2's 48 registers.
-template <bool kFewRegisters>
-constexpr int kRowEpilogueBatch = kFewRegisters ? 4 : 8;
-static_assert(kRowEpilogueBatch<false> <= kPartialBatch, "no more in flight than K2 holds");
+// Chunk partials per row in flight: 8, one L2 round trip at V2-Lite's 8 chunks (24 loads a thread
+// within K2's 48 registers: sum_chunk_partials' loads take immediate offsets).
+constexpr int kRowEpilogueBatch = 8;
+static_assert(kRowEpilogueBatch <= kPartialBatch, "no more in flight than K2 holds");
 
 // What the row epilogue reads before its wait (stage A writes none of it): this thread's gamma
 // values and, for threads under dr / 2, its RoPE pair's angles (the table's dtype at run time:
@@ -525,18 +525,25 @@ template <int kRows, int kBatch>
 __device__ __forceinline__ void sum_chunk_partials(const DecodeParams& p, int t, int first,
                                                    int width, float (&x)[kRows]) {
   const int64_t plane = static_cast<int64_t>(p.tokens) * p.rows_ld;
-  const float* src = p.partials + static_cast<int64_t>(t) * p.rows_ld + first;
+  // This thread's row of chunk 0; each chunk one plane further (a running pointer: the loads take
+  // immediate offsets, not a 64-bit multiply each).
+  const float* chunk = p.partials + static_cast<int64_t>(t) * p.rows_ld + first + threadIdx.x;
+  bool row_live[kRows];
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) x[j] = 0.f;
+  for (int j = 0; j < kRows; ++j) {
+    x[j] = 0.f;
+    row_live[j] = threadIdx.x + j * kThreads < width;
+  }
   for (int c0 = 0; c0 < p.chunks; c0 += kBatch) {
     float part[kRows][kBatch];
 #pragma unroll
-    for (int j = 0; j < kRows; ++j) {
-      const int n = threadIdx.x + j * kThreads;
+    for (int b = 0; b < kBatch; ++b) {
+      const bool live = c0 + b < p.chunks;
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        part[j][b] = n < width && c0 + b < p.chunks ? __ldcg(src + (c0 + b) * plane + n) : 0.f;
+      for (int j = 0; j < kRows; ++j) {
+        part[j][b] = live && row_live[j] ? __ldcg(chunk + j * kThreads) : 0.f;
       }
+      chunk += plane;
     }
 #pragma unroll
     for (int j = 0; j < kRows; ++j)
@@ -726,7 +733,7 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
                   ? nullptr
                   : static_cast<T*>(p.e.latent) + static_cast<int64_t>(t) * p.kv_rank;
   T* pe_row = p.pe_out == nullptr ? nullptr : static_cast<T*>(p.pe_out) + t * p.rope_dim;
-  row_epilogue<T, kRowEpilogueBatch<true>>(p, f, t, latent, pe_row,
+  row_epilogue<T, kRowEpilogueBatch>(p, f, t, latent, pe_row,
                                            mla_cache_row<T>(p.e.cache, t, p.e.seq), pe, red);
 }
 
@@ -1096,7 +1103,7 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   if (fold) {
     T* cache = blockIdx.x == 0 && blockIdx.y == 0 ? mla_cache_row<T>(p.e.cache, 0, p.e.seq)
                                                   : nullptr;
-    row_epilogue<T, kRowEpilogueBatch<false>>(p, fold_in, 0, a, pe, cache, fold_pe, fold_red);
+    row_epilogue<T, kRowEpilogueBatch>(p, fold_in, 0, a, pe, cache, fold_pe, fold_red);
   } else {
     stage_rows<T>(a, ld, c_src, win.count, p.kv_rank, p.c_vectors);
     stage_rows<T>(pe, p.rope_dim, pe_src, win.count, p.rope_dim, p.pe_vectors);
@@ -1484,7 +1491,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
            mla_decode_fold_epilogue(stage_b_blocks(tiles, ring, facts->sm_count) * k.chunks *
                                     k.rows_ld * int64_t{sizeof(float)});
   k.whole_rows = !k.fold && whole_row_fits &&
-                 mla_decode_whole_rows(ceil_div(k.chunks, kRowEpilogueBatch<true>));
+                 mla_decode_whole_rows(ceil_div(k.chunks, kRowEpilogueBatch));
 
   bind_tensors(p, a, k);
 

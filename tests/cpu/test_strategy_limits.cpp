@@ -226,8 +226,9 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 1024, 0), 1);
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 3000, 0), 1);
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 9 * 1024, 0), 1);
-  EXPECT_TRUE(detail::mla_decode_whole_rows((8 + 3) / 4));
-  EXPECT_FALSE(detail::mla_decode_whole_rows((15 + 3) / 4));
+  EXPECT_TRUE(detail::mla_decode_whole_rows((8 + 7) / 8));
+  EXPECT_FALSE(detail::mla_decode_whole_rows((9 + 7) / 8));
+  EXPECT_FALSE(detail::mla_decode_whole_rows((15 + 7) / 8));
   // cuda-mla-decode's fused stage A: with q_a to 16 tokens, both stages or the first alone; the
   // first stage alone without q_a to 4 tokens on V3's 8.3 MB, not V2-Lite's 2.4 MB; never the
   // whole path without q_a.

@@ -798,9 +798,9 @@ std::vector<MlaCase> decode_cases() {
     }
   }
   // Past one token (or the first stage alone) without q_a, K2 runs as one block per token over
-  // the whole row where its partial loads take at most two round trips (mla_decode_whole_rows):
-  // T = 2 and 17 (two windows) at both stages; D = 2048 at 8 chunks (two trips) and D = 2304 at
-  // 9 (three: the sliced K2 again).
+  // the whole row where its partial loads take one round trip of 8 chunks (mla_decode_whole_rows):
+  // T = 2 and 17 (two windows) at both stages; D = 2048 at 8 chunks (one trip) and D = 2304 at
+  // 9 (two: the sliced K2 again).
   for (DType dt : kHalfTypes) {
     for (int64_t tokens : {2, 17}) {
       for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst}) {

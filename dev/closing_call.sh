@@ -6,6 +6,7 @@
 #   CASES            ';'-separated latentkv-bench argument lists
 #   MLA_ROWS         bench_mla.py --rows
 #   PYTEST_K         pytest -k expression for the last stage (default: mla)
+#   TOTAL_S          seconds the whole call may take (default 540): the last stage gets the rest
 #   run: bash dev/closing_call.sh   (device tool, no carry); tables in $OUT
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,7 @@ echo "pip rc=$? at $((SECONDS - start)) s"
 PYTHONUNBUFFERED=1 timeout 200 python3 python/bench/bench_mla.py --rows "$MLA_ROWS" \
   --json "$OUT/bench_mla.json" 2>&1 | tee "$OUT/bench_mla.txt" | tail -12
 echo "bench_mla done at $((SECONDS - start)) s"
-left=$((540 - (SECONDS - start)))
+left=$((${TOTAL_S:-540} - (SECONDS - start)))
 if [ $left -gt 30 ]; then
   LATENTKV_CASES=build-gpu/tests/common/latentkv-cases timeout $left \
     python3 -m pytest -q -x -k "${PYTEST_K:-mla}" python/tests >"$OUT/pytest.txt" 2>&1

@@ -144,7 +144,7 @@ inline bool mla_decode_fold_epilogue(int64_t partial_read_bytes) {
 // V2-Lite (8 chunks, then two trips of 4), whole rows / sliced, us: whole path T=2 9.8 / 10.9,
 // T=16 10.8 / 11.9, T=64 15.6 / 16.9, first stage T=1 5.49 / 6.55; one trip of 8 then took the
 // whole path T=64 from 14.1 to 13.5 and the first stage T=1 from 5.7 to 5.0 (H100, docs/perf.md).
-// Not measured past 8 chunks since a trip holds 8 (V3 kv, 15 chunks, stays sliced).
+// Not measured past 8 chunks since a trip holds 8 (V3's kv, more chunks, stays sliced).
 constexpr int kMlaDecodeWholeRowsMaxTrips = 1;
 inline bool mla_decode_whole_rows(int partial_trips) {
   return partial_trips <= kMlaDecodeWholeRowsMaxTrips;

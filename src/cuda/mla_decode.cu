@@ -734,7 +734,7 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
                   : static_cast<T*>(p.e.latent) + static_cast<int64_t>(t) * p.kv_rank;
   T* pe_row = p.pe_out == nullptr ? nullptr : static_cast<T*>(p.pe_out) + t * p.rope_dim;
   row_epilogue<T, kRowEpilogueBatch>(p, f, t, latent, pe_row,
-                                           mla_cache_row<T>(p.e.cache, t, p.e.seq), pe, red);
+                                     mla_cache_row<T>(p.e.cache, t, p.e.seq), pe, red);
 }
 
 // The fused stage A (K1 and K2 as one cooperative kernel, mla_decode_fused_stage_a): block (row

@@ -731,13 +731,13 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
   allow_dependents();
   const int t = blockIdx.y;
   const RowEpilogueInputs f = row_epilogue_inputs<T>(p, t);
+  T* const cache = mla_cache_row<T>(p.e.cache, t, p.e.seq);  // [R + dr] or null
   wait_for_previous_stage();
   T* latent = p.e.latent == nullptr
                   ? nullptr
                   : static_cast<T*>(p.e.latent) + static_cast<int64_t>(t) * p.kv_rank;
   T* pe_row = p.pe_out == nullptr ? nullptr : static_cast<T*>(p.pe_out) + t * p.rope_dim;
-  row_epilogue<T, kRowEpilogueBatch>(p, f, t, latent, pe_row,
-                                     mla_cache_row<T>(p.e.cache, t, p.e.seq), pe, red);
+  row_epilogue<T, kRowEpilogueBatch>(p, f, t, latent, pe_row, cache, pe, red);
 }
 
 // The fused stage A (K1 and K2 as one cooperative kernel, mla_decode_fused_stage_a): block (row
@@ -1086,12 +1086,16 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   constexpr bool kCanFold = !kRing;
   const bool fold = kCanFold && p.fold;
   RowEpilogueInputs fold_in{};
+  T* fold_cache = nullptr;  // the fold's cache row: block (0, 0) writes it
   if constexpr (kCanFold) {
-    if (fold) fold_in = row_epilogue_inputs<T>(p, 0);
+    if (fold) {
+      fold_in = row_epilogue_inputs<T>(p, 0);
+      if (blockIdx.x == 0 && blockIdx.y == 0) fold_cache = mla_cache_row<T>(p.e.cache, 0, p.e.seq);
+    }
   }
-  wait_for_previous_stage();
-
-  // Every token's sources first (a cache slot is a load), then all rows' loads in flight at once.
+  // Every token's sources (a cache slot is a load) and output rows, also before the wait: stage A
+  // writes none of them (its c and k_pe go to fixed workspace rows), and the divisions behind
+  // the row offsets leave the chain after stage A.
   __shared__ const T* c_src[kMaxTokens];
   __shared__ const T* pe_src[kMaxTokens];
   __shared__ int64_t k_rows[kMaxTokens], v_rows[kMaxTokens];
@@ -1103,10 +1107,11 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   }
   const OutRows rows{k_rows, v_rows, win.count};
   __syncthreads();
+  wait_for_previous_stage();
+
+  // Then all rows' loads in flight at once.
   if (fold) {
-    T* cache = blockIdx.x == 0 && blockIdx.y == 0 ? mla_cache_row<T>(p.e.cache, 0, p.e.seq)
-                                                  : nullptr;
-    row_epilogue<T, kRowEpilogueBatch>(p, fold_in, 0, a, pe, cache, fold_pe, fold_red);
+    row_epilogue<T, kRowEpilogueBatch>(p, fold_in, 0, a, pe, fold_cache, fold_pe, fold_red);
   } else {
     stage_rows<T>(a, ld, c_src, win.count, p.kv_rank, p.c_vectors);
     stage_rows<T>(pe, p.rope_dim, pe_src, win.count, p.rope_dim, p.pe_vectors);

@@ -721,8 +721,8 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
 }
 
 // K2 as one block per token (mla_decode_whole_rows): block y runs the whole-row epilogue for token
-// y and writes the cache row and stage B's c and k_pe. Gamma and the angles are read before the
-// wait, as in the sliced K2.
+// y and writes the cache row and stage B's c and k_pe. Gamma, the angles and the cache slot are
+// read before the wait, as in the sliced K2 (the slot after it put a DRAM trip on the chain).
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
     mla_decode_stage_a_row_epilogue(const __grid_constant__ DecodeParams p) {

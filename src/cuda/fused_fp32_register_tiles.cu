@@ -174,7 +174,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   __syncthreads();
 
   // Down: the lane's rows 32 i + lane, then the sums over the warp's lanes; lane l ends with
-  // token l / 8's latent column c0 + l % 8. Warps past R write zeros (the up rows past R read them).
+  // token l / 8's latent column c0 + l % 8. Warps past R write zeros (the up rows past R read
+  // them).
   const int c0 = warp * kColsPerWarp;
   float v[kTokens * kColsPerWarp];  // [token][column]
 #pragma unroll
@@ -273,8 +274,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 struct RegisterTileKernels {
   static Status setup(const DeviceFacts& f) {
     const int bytes = static_cast<int>(f.smem_optin - kStaticSmemBytes);
-    cudaError_t err = cudaFuncSetAttribute(
-        kv_proj_fused_register_tiles<kWideCols>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    cudaError_t err = cudaFuncSetAttribute(kv_proj_fused_register_tiles<kWideCols>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (err == cudaSuccess) {
       err = cudaFuncSetAttribute(kv_proj_fused_register_tiles<kNarrowCols>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);

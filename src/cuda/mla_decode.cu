@@ -55,9 +55,9 @@
 //                              in shared memory, a few chunk partials per row, one grid-wide
 //                              barrier, then block t runs the row epilogue of token t and block
 //                              T + t normalizes its q_a. K3 follows it as it follows K2.
-// kFirst runs K1 + K2 (or KA); kSecond runs K3 alone, gathering c and k_pe from args.latent/args.k_pe or
-// the cache by slot (a skipped slot gives zero rows of K and V); kBoth runs all three. Results are
-// deterministic (every sum in a fixed order).
+// kFirst runs K1 + K2 (or KA); kSecond runs K3 alone, gathering c and k_pe from args.latent and
+// args.k_pe or the cache by slot (a skipped slot gives zero rows of K and V); kBoth runs all
+// three. Results are deterministic (every sum in a fixed order).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cooperative_groups.h>

@@ -144,8 +144,10 @@ inline bool mla_decode_fold_epilogue(int64_t partial_read_bytes) {
 // V2-Lite (8 chunks, then two trips of 4), whole rows / sliced, us: whole path T=2 9.8 / 10.9,
 // T=16 10.8 / 11.9, T=64 15.6 / 16.9, first stage T=1 5.49 / 6.55; one trip of 8 then took the
 // whole path T=64 from 14.1 to 13.5 and the first stage T=1 from 5.7 to 5.0 (H100, docs/perf.md).
-// Not measured past 8 chunks since a trip holds 8 (V3's kv, more chunks, stays sliced).
-constexpr int kMlaDecodeWholeRowsMaxTrips = 1;
+// Past 8 chunks (H100, 2026-12-06 23:25, same call, four trips / sliced with its cluster norm):
+// V3 kv's 28 chunks, whole path T=1 21.82 / 22.20, T=16 23.35 / 23.92, first stage T=16 8.45 /
+// 8.46. Not measured past 4 trips (32 chunks: past V3's D on 132 SMs).
+constexpr int kMlaDecodeWholeRowsMaxTrips = 4;
 inline bool mla_decode_whole_rows(int partial_trips) {
   return partial_trips <= kMlaDecodeWholeRowsMaxTrips;
 }

@@ -30,8 +30,9 @@
 //                              cache row's c and c for stage B; the k_pe slice
 //                              rotates (mla_rope.h: every style and form, NaN past the table)
 //                              into the cache row and stage B's k_pe. Without q_a, where the
-//                              partials are one round trip (8 chunks), one block per token does
-//                              the whole [c | k_pe] row instead (no counters: the row epilogue).
+//                              row fits a block and its partials are at most 4 round trips of 8
+//                              chunks, one block per token does the whole [c | k_pe] row instead
+//                              (no counters: the row epilogue).
 //                              At one token through both stages K2 is not launched where K3
 //                              holds whole tiles: every K3 block runs the row epilogue itself
 //                              (heuristics.h: the fold).

@@ -798,9 +798,9 @@ std::vector<MlaCase> decode_cases() {
     }
   }
   // Past one token (or the first stage alone) without q_a, K2 runs as one block per token over
-  // the whole row where its partial loads take one round trip of 8 chunks (mla_decode_whole_rows):
-  // T = 2 and 17 (two windows) at both stages; D = 2048 at 8 chunks (one trip) and D = 2304 at
-  // 9 (two: the sliced K2 again).
+  // the whole row where its partial loads take at most four round trips of 8 chunks
+  // (mla_decode_whole_rows): T = 2 and 17 (two windows) at both stages; on 132 SMs D = 2048 at 8
+  // chunks (one trip), 2304 at 9 (two), 8192 at 32 (four) and 8448 at 33 (the sliced K2 again).
   for (DType dt : kHalfTypes) {
     for (int64_t tokens : {2, 17}) {
       for (MlaStage stage : {MlaStage::kBoth, MlaStage::kFirst}) {
@@ -812,7 +812,7 @@ std::vector<MlaCase> decode_cases() {
       }
     }
   }
-  for (int64_t d : {2048, 2304}) {
+  for (int64_t d : {2048, 2304, 8192, 8448}) {
     MlaProblem p = mla_shape(d, 0, 64, 16, 3, 24, 16);
     p.seq = 4;
     cases.push_back(decode({"rows-chunks", with(p, DType::kBFloat16, MlaStage::kFirst,
@@ -820,12 +820,12 @@ std::vector<MlaCase> decode_cases() {
                             RopeForm::kPositions, CacheMode::kPaged},
                            0));
   }
-  // K2's slices past two partial trips (D = 2304: 9 chunks) as one cluster per token: a short
-  // last c slice (R = 456), with q_a 9 slices (1536 + 512) and 16 (3328 + 512, the most one
-  // cluster takes), then past 16 the arrival counters (3584 + 512: 17); two tokens each, so that
-  // a token's clusters and counters stay apart.
+  // K2's slices (rows past one block's 768, or q_a) as one cluster per token: a short last c
+  // slice (R = 968: four c slices, the last 200 rows), with q_a 9 slices (1536 + 512) and 16
+  // (3328 + 512, the most one cluster takes), then past 16 the arrival counters (3584 + 512: 17);
+  // two tokens each, so that a token's clusters and counters stay apart.
   const MlaEdge slice_edges[] = {
-      {"slices-short-c", 1, 2, 2304, 0, 456, 64, 2, 16, 16},
+      {"slices-short-c", 1, 2, 2304, 0, 968, 64, 2, 16, 16},
       {"slices-q-cluster-9", 1, 2, 2304, 1536, 512, 64, 2, 16, 16},
       {"slices-q-cluster-16", 2, 1, 2304, 3328, 512, 32, 2, 16, 16},
       {"slices-q-counter-17", 1, 2, 2304, 3584, 512, 64, 2, 16, 16},

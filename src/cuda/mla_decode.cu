@@ -644,25 +644,11 @@ __global__ void __launch_bounds__(kThreads, kEpilogueBlocksPerSm)
   }
   wait_for_previous_stage();
 
-  float v = 0.f;
-  if (n < sl.end) {
-    const int64_t plane = static_cast<int64_t>(p.tokens) * p.rows_ld;
-    // This thread's row of chunk 0; each chunk one plane further (a running pointer: a 64-bit add
-    // a load, not a 64-bit multiply).
-    const float* chunk = p.partials + static_cast<int64_t>(t) * p.rows_ld + n;
-    // All of a batch's loads in flight at once (one L2 round trip per kPartialBatch chunks), then
-    // summed in chunk order; the zeros past the last chunk leave the sum as it is.
-    for (int c0 = 0; c0 < p.chunks; c0 += kPartialBatch) {
-      float part[kPartialBatch];
-#pragma unroll
-      for (int j = 0; j < kPartialBatch; ++j) {
-        part[j] = c0 + j < p.chunks ? *chunk : 0.f;
-        chunk += plane;
-      }
-#pragma unroll
-      for (int j = 0; j < kPartialBatch; ++j) v += part[j];
-    }
-  }
+  // Row n summed over the chunks in chunk order (zero past the slice), kPartialBatch chunks' loads
+  // in flight at a time: one L2 round trip up to 32 chunks.
+  float sum[1];
+  sum_chunk_partials<1, kPartialBatch>(p, t, sl.begin, sl.end - sl.begin, sum);
+  const float v = sum[0];
 
   if (sl.group == 2) {  // k_pe: RoPE, then the cache row and stage B's copy
     pe_in[threadIdx.x] = v;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call that reads the whole tree: build, every GPU test, compute-sanitizer on
 # SANITIZE_FILTER, latentkv-bench --sweep-mla-path (issue 15's and 16's rows) once, then the
-# Python package and python/bench/bench_mla.py's rows (default: all) against transformers' code.
+# Python package and python/bench/bench_mla.py's rows (default: all) against transformers' code
+# (dev/bench_mla_call.sh).
 # Each part capped so the call ends inside the device's 600 s.
 #   SANITIZE_FILTER   gtest filter for the sanitizers (default: cuda-mla-decode's K2 cases)
 #   MLA_ROWS          bench_mla.py --rows (default: its own, every model and T)
@@ -15,10 +16,5 @@ CTEST=0 SANITIZE_FILTER="${SANITIZE_FILTER:-MlaDecode/*slices*:MlaDecode/*rows*}
 grep -E "^== " "$OUT/check.txt"; echo "checks done at $((SECONDS - start)) s"
 timeout 130 build-gpu/bench/latentkv-bench --sweep-mla-path --quiet >"$OUT/sweep_mla_path.txt" 2>&1
 echo "sweep rc=$? at $((SECONDS - start)) s"
-python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build-gpu-py . >"$OUT/pip.txt" 2>&1
-echo "pip rc=$? at $((SECONDS - start)) s"
-rows=(); [ -n "${MLA_ROWS:-}" ] && rows=(--rows "$MLA_ROWS")
-PYTHONUNBUFFERED=1 timeout 170 python3 python/bench/bench_mla.py "${rows[@]}" \
-  --json "$OUT/bench_mla.json" >"$OUT/bench_mla.txt" 2>&1
-echo "bench_mla rc=$? at $((SECONDS - start)) s"
-tail -30 "$OUT/sweep_mla_path.txt"; tail -12 "$OUT/bench_mla.txt"
+MLA_S=170 bash dev/bench_mla_call.sh
+tail -30 "$OUT/sweep_mla_path.txt"

@@ -140,7 +140,8 @@ inline bool mla_decode_fold_epilogue(int64_t partial_read_bytes) {
 }
 // Elsewhere without q_a, its epilogue kernel (K2) runs one block per token over the whole
 // [c | k_pe] row (no arrival counters) where that block's partial loads take at most this many
-// round trips of 8 chunks: the sliced K2 takes three (the partials, the arrival, the sums).
+// round trips of 8 chunks: the sliced K2 adds a norm across its slices (on sm_90 a cluster
+// barrier and an exchange of sums in shared memory; below it an arrival counter and a re-read).
 // V2-Lite (8 chunks, then two trips of 4), whole rows / sliced, us: whole path T=2 9.8 / 10.9,
 // T=16 10.8 / 11.9, T=64 15.6 / 16.9, first stage T=1 5.49 / 6.55; one trip of 8 then took the
 // whole path T=64 from 14.1 to 13.5 and the first stage T=1 from 5.7 to 5.0 (H100, docs/perf.md).

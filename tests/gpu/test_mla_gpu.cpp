@@ -820,6 +820,17 @@ std::vector<MlaCase> decode_cases() {
                             RopeForm::kPositions, CacheMode::kPaged},
                            0));
   }
+  // The same K2 over V3's whole [c | k_pe] row (576 wide) and its 28 chunks at D = 7168 (16 tokens:
+  // K1 and K2, not the fused stage A), both half types and stages.
+  for (DType dt : kHalfTypes) {
+    for (MlaStage stage : {MlaStage::kFirst, MlaStage::kBoth}) {
+      MlaProblem p = mla_shape(7168, 0, 512, 64, 2, 16, 16);
+      p.seq = 16;
+      cases.push_back(decode({"rows-wide", with(p, dt, stage, RopeStyle::kInterleave),
+                              RopeForm::kPositions, CacheMode::kPaged},
+                             0));
+    }
+  }
   // K2's slices (rows past one block's 768, or q_a) as one cluster per token: a short last c
   // slice (R = 968: four c slices, the last 200 rows), with q_a 9 slices (1536 + 512) and 16
   // (3328 + 512, the most one cluster takes), then past 16 the arrival counters (3584 + 512: 17);

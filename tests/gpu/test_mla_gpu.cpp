@@ -820,8 +820,8 @@ std::vector<MlaCase> decode_cases() {
                             RopeForm::kPositions, CacheMode::kPaged},
                            0));
   }
-  // The same K2 over V3's whole [c | k_pe] row (576 wide) and its 28 chunks at D = 7168 (16 tokens:
-  // K1 and K2, not the fused stage A), both half types and stages.
+  // The same K2 over V3's whole [c | k_pe] row (576 wide) at D = 7168 (28 chunks on 132 SMs; 16
+  // tokens: K1 and K2, not the fused stage A), both half types and stages.
   for (DType dt : kHalfTypes) {
     for (MlaStage stage : {MlaStage::kFirst, MlaStage::kBoth}) {
       MlaProblem p = mla_shape(7168, 0, 512, 64, 2, 16, 16);

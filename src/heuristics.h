@@ -127,6 +127,17 @@ inline bool mla_decode_overlap_stage_b(int64_t stage_a_weight_bytes, int64_t kv_
 inline bool mla_decode_stage_b_ring(int64_t tiles, int64_t held_plan_warps) {
   return tiles > held_plan_warps;
 }
+// cuda-mla-decode's stage B holding whole tiles, where its grid (blocks x token windows) has at
+// most one block per SM: launched preferring the largest L1 (the launch's carveout attribute),
+// which gives each SM's L1/shared split its smallest shared-memory configuration that fits one
+// of its blocks, so that no two share an SM and (a guess, not profiled) none shares one with K1,
+// whose stream is the chain's first link. H100, 2026-12-07, same call, with / without, us:
+// V2-Lite whole path T=1 7.26 / 7.88, T=4 8.10 / 8.52, T=32 (two windows, 128 blocks) 10.68 /
+// 10.95; T=16, T=64 (not applied: 256 blocks) and stage B alone level. Applied past one block per
+// SM (as a function attribute), it ran in two waves: V2-Lite T=64 and Kimi K2 (256 blocks) +3 us.
+inline bool mla_decode_stage_b_spread(int64_t blocks, int64_t sm_count) {
+  return blocks <= sm_count;
+}
 
 // cuda-mla-decode at one token, both stages, no q_a, stage B holding whole tiles (not the ring,
 // whose 64 registers it would crowd): every stage-B block sums stage A's chunk

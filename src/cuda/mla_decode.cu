@@ -1352,16 +1352,31 @@ bool stage_b_ring(int k_tiles, int64_t tiles, int sm_count) {
 }
 
 // K3 over `tiles` kv_b tiles (stage_b_blocks x windows). Stage B alone waits for nothing of ours:
-// a plain launch (its wait returns at once).
+// a plain launch (its wait returns at once). Holding whole tiles on at most one block per SM, it
+// asks for the largest L1 (mla_decode_stage_b_spread: its blocks then land one per SM).
 template <typename T, int kM, bool kRing>
 Status launch_stage_b(const DecodeParams& k, int64_t tiles, int windows, int64_t smem,
-                      const DeviceFacts* facts, bool after_stage_a, cudaLaunchConfig_t& config) {
-  config.numAttrs = after_stage_a && programmatic_launch_allowed<mla_decode_stage_b<T, kM, kRing>>(
-                                         facts->major);
-  config.gridDim = dim3(static_cast<unsigned>(stage_b_blocks(tiles, kRing, facts->sm_count)),
-                        static_cast<unsigned>(windows));
-  config.dynamicSmemBytes = static_cast<size_t>(smem);
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_b<T, kM, kRing>, k));
+                      const DeviceFacts* facts, bool after_stage_a,
+                      const cudaLaunchConfig_t& config) {
+  const int64_t blocks = stage_b_blocks(tiles, kRing, facts->sm_count);
+  const bool programmatic =
+      after_stage_a && programmatic_launch_allowed<mla_decode_stage_b<T, kM, kRing>>(facts->major);
+  cudaLaunchAttribute attributes[2] = {{}, {}};
+  int count = 0;
+  if (programmatic) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (!kRing && mla_decode_stage_b_spread(blocks * windows, facts->sm_count)) {
+    attributes[count].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+    attributes[count++].val.sharedMemCarveout = cudaSharedmemCarveoutMaxL1;
+  }
+  cudaLaunchConfig_t launch = config;
+  launch.attrs = attributes;
+  launch.numAttrs = static_cast<unsigned>(count);
+  launch.gridDim = dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(windows));
+  launch.dynamicSmemBytes = static_cast<size_t>(smem);
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&launch, mla_decode_stage_b<T, kM, kRing>, k));
   return Status::Ok();
 }
 

@@ -226,6 +226,13 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 1024, 0), 1);
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 3000, 0), 1);
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 9 * 1024, 0), 1);
+  // cuda-mla-decode's held stage B asks for the largest L1 only where its grid has at most one
+  // block per SM: V2-Lite's 64 blocks (T <= 16) and two windows of them (T = 32), not four
+  // (T = 64) nor Kimi K2's 256.
+  EXPECT_TRUE(detail::mla_decode_stage_b_spread(64, 132));
+  EXPECT_TRUE(detail::mla_decode_stage_b_spread(2 * 64, 132));
+  EXPECT_FALSE(detail::mla_decode_stage_b_spread(4 * 64, 132));
+  EXPECT_FALSE(detail::mla_decode_stage_b_spread(256, 132));
   EXPECT_TRUE(detail::mla_decode_whole_rows((8 + 7) / 8));
   EXPECT_TRUE(detail::mla_decode_whole_rows((28 + 7) / 8));
   EXPECT_TRUE(detail::mla_decode_whole_rows((32 + 7) / 8));

@@ -89,14 +89,16 @@ inline bool cuda_mla_decode_preferred(const MlaProblem& p) {
   return p.tokens() <= bound;
 }
 inline bool cuda_mla_gemm_preferred(const MlaProblem& p) { return !cuda_mla_decode_preferred(p); }
-// K1's token tiles per window where the call runs in windows: one up to this many tokens, two past
-// it (K3 keeps windows of one tile). Same H200 call (19:34 UTC), V2-Lite whole path, K1 over two /
-// one-tile windows: T=48 13.1 / 12.9 us, T=64 13.4 / 13.6 (19:25: first stage T=64 7.25 / 7.57).
-// K3 over two-tile windows lost (whole T=48 14.5 / 13.4, T=64 15.3 / 14.1: half the blocks, each
-// warp both tiles' MMAs).
-constexpr int64_t kMlaDecodeStageAOneTileWindowsMaxTokens = 48;
-inline int mla_decode_stage_a_window_tiles(int64_t tokens) {
-  return tokens <= kMlaDecodeStageAOneTileWindowsMaxTokens ? 1 : 2;
+// K1's and K3's token tiles per window where the call runs in windows: one up to this many tokens,
+// two past it. Same H200 call (2026-12-01 19:34 UTC), V2-Lite whole path, K1 over two / one-tile
+// windows: T=48 13.1 / 12.9 us, T=64 13.4 / 13.6 (19:25: first stage T=64 7.25 / 7.57). K3 over
+// two-tile windows lost then (whole T=48 14.5 / 13.4, T=64 15.3 / 14.1: half the blocks, each warp
+// both tiles' MMAs) and won once its grid of two windows (128 blocks) asked for the largest L1
+// (mla_decode_stage_b_spread), H100, 2026-12-07, two- / one-tile K3 windows: T=49 11.93 / 12.28,
+// T=64 12.32 / 12.44.
+constexpr int64_t kMlaDecodeOneTileWindowsMaxTokens = 48;
+inline int mla_decode_window_tiles(int64_t tokens) {
+  return tokens <= kMlaDecodeOneTileWindowsMaxTokens ? 1 : 2;
 }
 // cuda-mla-decode's K1 as a programmatic dependent of the kernel before the call (its blocks
 // resident and through their launch while that kernel ends; every memory access still after it)

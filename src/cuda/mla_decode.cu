@@ -4,8 +4,8 @@
 // mma.sync m16n8k16 with the tokens as the M side: 1, 2 or 4 token tiles of 16 (a template
 // argument; T = 1 and T = 16 cost the same instructions, rows past T are zeros), each weight
 // fragment feeding every tile, and a weight row per n column. On small weights (heuristics.h) a
-// call past 16 tokens runs windows instead (K1's blockIdx.z: of 16 tokens, 32 past 48 tokens; K3's
-// blockIdx.y: of 16): more blocks, each window reading the weights from L2 again.
+// call past 16 tokens runs windows instead (K1's blockIdx.z, K3's blockIdx.y: of 16 tokens, 32
+// past 48 tokens): more blocks, each window reading the weights from L2 again.
 // A K-block of 32 columns is one 16-byte load per thread: thread (g = lane / 4, q = lane % 4)
 // holds elements 8q .. 8q + 7 of row g, which the two k16 MMAs of the block read as their k pairs
 // {2q, 2q + 1, 2q + 8, 2q + 9} (any fixed permutation of k works when A and B use the same one).
@@ -154,7 +154,7 @@ static_assert(2 * kMaxTokens * smem_ld(max_chunk(kMaxTokens)) <= kHiddenSmemByte
 
 struct DecodeParams {
   int tokens, seq;       // T, S
-  int window_a, window_b;  // tokens per block window of K1 and K3: T, or their token tiles
+  int window;            // tokens per block window of K1 and K3: T, or their token tiles
   int model_dim;         // D
   int q_rows, a_rows;    // Rq run (0 without q_a), Rq run + R + dr
   int rows_ld;           // a_rows rounded up to whole tiles
@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   extern __shared__ uint4 smem_a[];
   T* x = reinterpret_cast<T*>(smem_a);  // [window, ld]: hidden[window, k_begin .. k_end)
   start_after_previous_kernel();  // returns at once behind a plain launch
-  const TokenWindow win = token_window(p, p.window_a, blockIdx.z);
+  const TokenWindow win = token_window(p, p.window, blockIdx.z);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, q = lane % 4;
   const int tile = blockIdx.x * kWarps + warp;
@@ -1050,7 +1050,7 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
   static_assert(!kRing || kM == 1, "the ring is the one-token-tile loop");
   extern __shared__ uint4 smem_b[];
   const int ld = smem_ld(p.kv_rank);
-  const TokenWindow win = token_window(p, p.window_b, blockIdx.y);
+  const TokenWindow win = token_window(p, p.window, blockIdx.y);
   T* a = reinterpret_cast<T*>(smem_b);  // [window, ld]: c
   T* pe = a + win.count * ld;           // [window, dr]: k_pe
   allow_dependents();
@@ -1148,22 +1148,18 @@ int q_rows_run(const MlaProblem& p, const MlaArgs& a) {
   return a.q_a != nullptr ? static_cast<int>(p.q_rank) : 0;
 }
 
-// Token tiles of K1's and K3's instantiations: 1, 2 or 4 (3 runs as 4) for all T in one window;
-// where the call runs in windows (mla_decode_token_windows, heuristics.h), those of one window:
-// K1's mla_decode_stage_a_window_tiles, K3's one.
-struct TokenTiles {
-  int a, b;
-};
+// Token tiles of K1's and K3's instantiation: 1, 2 or 4 (3 runs as 4) for all T in one window;
+// where the call runs in windows (mla_decode_token_windows, heuristics.h), those of one window
+// (mla_decode_window_tiles).
 
 bool in_windows(const MlaProblem& p) {
   return p.tokens() > kMTile && mla_decode_token_windows(p);
 }
 
-TokenTiles token_tiles(const MlaProblem& p) {
-  if (in_windows(p)) return {mla_decode_stage_a_window_tiles(p.tokens()), 1};
+int token_tiles(const MlaProblem& p) {
+  if (in_windows(p)) return mla_decode_window_tiles(p.tokens());
   const int64_t tiles = ceil_div<int64_t>(p.tokens(), kMTile);
-  const int m = tiles <= 1 ? 1 : tiles == 2 ? 2 : 4;
-  return {m, m};
+  return tiles <= 1 ? 1 : tiles == 2 ? 2 : 4;
 }
 
 // The tokens of one block's window at `tiles` token tiles: T, or those tiles' where the call runs
@@ -1450,7 +1446,7 @@ void bind_tensors(const MlaProblem& p, const MlaArgs& a, DecodeParams& k) {
 
 // allow_fused: false after the fused stage A's cooperative launch was refused as too large (fewer
 // SMs usable than the device has, e.g. under MPS): the call runs K1 and K2 instead.
-template <typename T, typename RopeT, int kMA, int kMB>
+template <typename T, typename RopeT, int kM>
 Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_fused = true) {
   const DeviceFacts* facts = nullptr;
   LATENTKV_RETURN_IF_ERROR(prepared_device<DecodeKernels>(&facts));
@@ -1466,18 +1462,16 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
   k.b_rows = static_cast<int>(p.kv_b_rows());
   k.q_rows = runs_first(p) ? q_rows_run(p, a) : 0;
   k.a_rows = k.q_rows + k.kv_rank + k.rope_dim;
-  // Windows of kMA (K1) and kMB (K3) token tiles over T > 16 tokens where the call runs in windows
-  // (the kernels' blockIdx.z / .y), else one window of all T.
-  k.window_a = static_cast<int>(window_tokens(p, kMA));
-  k.window_b = static_cast<int>(window_tokens(p, kMB));
-  const int windows_a = std::max(1, ceil_div(k.tokens, std::max(k.window_a, 1)));
-  const int windows_b = std::max(1, ceil_div(k.tokens, std::max(k.window_b, 1)));
+  // Windows of kM token tiles over T > 16 tokens where the call runs in windows (K1's blockIdx.z,
+  // K3's .y), else one window of all T.
+  k.window = static_cast<int>(window_tokens(p, kM));
+  const int windows = std::max(1, ceil_div(k.tokens, std::max(k.window, 1)));
   const int64_t eb = element_size(p.dtype);
   const bool overlap = runs_second(p) && mla_decode_overlap_stage_b(
                                              int64_t{k.a_rows} * p.model_dim * eb,
                                              p.kv_b_rows() * p.kv_rank * eb);
-  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.window_a,
-                                       windows_a, overlap ? kStageABlocksBeforeB : kBlocksPerSm);
+  const StageAPlan plan = stage_a_plan(p.model_dim, k.a_rows, facts->sm_count, k.window,
+                                       windows, overlap ? kStageABlocksBeforeB : kBlocksPerSm);
   const FusedPlan fused_cut = fused_plan(p, k.q_rows, k.a_rows, facts->sm_count);
   const bool fused = allow_fused && runs_first(p) && fused_cut.usable &&
                      facts->cooperative_launch &&
@@ -1495,7 +1489,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
       programmatic_launch_allowed<mla_decode_stage_a_epilogue<T, RopeT>>(facts->major);
   k.cluster_norm = k.slices <= kMaxClusterSlices && epilogue_sm90;
   const int64_t tiles = ceil_div<int64_t>(k.b_rows, kTileRows);
-  const bool ring = stage_b_ring(kMB, tiles, facts->sm_count);
+  const bool ring = stage_b_ring(kM, tiles, facts->sm_count);
   const bool whole_row_fits = k.q_rows == 0 && k.a_rows <= kRowEpilogueRows * kThreads;
   k.fold = !fused && runs_first(p) && runs_second(p) && whole_row_fits && k.tokens == 1 && !ring &&
            mla_decode_fold_epilogue(stage_b_blocks(tiles, ring, facts->sm_count) * k.chunks *
@@ -1524,7 +1518,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
     const cudaError_t launched = cudaLaunchKernelEx(&fused_config, mla_decode_fused_stage_a<T>, k);
     if (launched == cudaErrorCooperativeLaunchTooLarge) {
       (void)cudaGetLastError();  // nothing was launched: clear it and run K1 and K2
-      return launch<T, RopeT, kMA, kMB>(p, a, stream, false);
+      return launch<T, RopeT, kM>(p, a, stream, false);
     }
     LATENTKV_RETURN_IF_ERROR(
         cuda_status(launched, "cudaLaunchKernelEx(mla_decode_fused_stage_a, cooperative)"));
@@ -1534,10 +1528,10 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
     // as its programmatic dependent where mla_decode_stage_a_programmatic, else a plain launch.
     config.numAttrs =
         mla_decode_stage_a_programmatic(p.tokens(), int64_t{k.a_rows} * p.model_dim * eb) &&
-        programmatic_launch_allowed<mla_decode_stage_a<T, kMA>>(facts->major);
-    config.gridDim = dim3(plan.row_groups, plan.chunks, windows_a);
-    config.dynamicSmemBytes = sizeof(T) * k.window_a * smem_ld(k.chunk);
-    LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_a<T, kMA>, k));
+        programmatic_launch_allowed<mla_decode_stage_a<T, kM>>(facts->major);
+    config.gridDim = dim3(plan.row_groups, plan.chunks, windows);
+    config.dynamicSmemBytes = sizeof(T) * k.window * smem_ld(k.chunk);
+    LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_a<T, kM>, k));
     config.dynamicSmemBytes = 0;
     if (k.whole_rows) {
       config.numAttrs =
@@ -1562,26 +1556,23 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
     }
   }
   if (!runs_second(p)) return Status::Ok();
-  const int64_t smem_b = stage_b_smem(p, k.window_b, sizeof(T));
-  if constexpr (kMB == 1) {
+  const int64_t smem_b = stage_b_smem(p, k.window, sizeof(T));
+  if constexpr (kM == 1) {
     if (ring) {
-      return launch_stage_b<T, kMB, true>(k, tiles, windows_b, smem_b, facts, runs_first(p),
-                                          config);
+      return launch_stage_b<T, kM, true>(k, tiles, windows, smem_b, facts, runs_first(p), config);
     }
   }
-  return launch_stage_b<T, kMB, false>(k, tiles, windows_b, smem_b, facts, runs_first(p), config);
+  return launch_stage_b<T, kM, false>(k, tiles, windows, smem_b, facts, runs_first(p), config);
 }
 
-// The one switch point: dtype (caller), RoPE table type and token tiles to template arguments
-// (K1's and K3's: the same, or two and one over windows).
+// The one switch point: dtype (caller), RoPE table type and token tiles (K1's and K3's) to
+// template arguments.
 template <typename T, typename RopeT>
 Status launch_tiles(const MlaProblem& p, const MlaArgs& a, Stream stream) {
-  const TokenTiles m = token_tiles(p);
-  if (m.a != m.b) return launch<T, RopeT, 2, 1>(p, a, stream);
-  switch (m.a) {
-    case 1: return launch<T, RopeT, 1, 1>(p, a, stream);
-    case 2: return launch<T, RopeT, 2, 2>(p, a, stream);
-    default: return launch<T, RopeT, 4, 4>(p, a, stream);
+  switch (token_tiles(p)) {
+    case 1: return launch<T, RopeT, 1>(p, a, stream);
+    case 2: return launch<T, RopeT, 2>(p, a, stream);
+    default: return launch<T, RopeT, 4>(p, a, stream);
   }
 }
 
@@ -1676,7 +1667,7 @@ Status mla_cuda_decode_takes(const MlaProblem& p, const MlaArgs& a) {
   if (runs_second(p)) {
     const DeviceFacts* facts = nullptr;
     LATENTKV_RETURN_IF_ERROR(current_device_facts(&facts));
-    const int64_t smem = stage_b_smem(p, window_tokens(p, token_tiles(p).b), eb);
+    const int64_t smem = stage_b_smem(p, window_tokens(p, token_tiles(p)), eb);
     if (smem > 48 * 1024 &&
         smem + kStageBStaticSmem > static_cast<int64_t>(facts->smem_optin)) {
       return refuse("problem.batch * seq (tokens) = " + std::to_string(p.tokens()) +

@@ -208,10 +208,10 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_FALSE(detail::mla_decode_fold_epilogue(int64_t{512} * 15 * 576 * 4));
   EXPECT_TRUE(detail::mla_decode_fold_epilogue(detail::kMlaDecodeFoldMaxReadBytes));
   EXPECT_FALSE(detail::mla_decode_fold_epilogue(detail::kMlaDecodeFoldMaxReadBytes + 1));
-  EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(17), 1);
-  EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(48), 1);
-  EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(49), 2);
-  EXPECT_EQ(detail::mla_decode_stage_a_window_tiles(64), 2);
+  EXPECT_EQ(detail::mla_decode_window_tiles(17), 1);
+  EXPECT_EQ(detail::mla_decode_window_tiles(48), 1);
+  EXPECT_EQ(detail::mla_decode_window_tiles(49), 2);
+  EXPECT_EQ(detail::mla_decode_window_tiles(64), 2);
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 7168, 0), 7);  // V3: 7 slices of 1024
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(64, 7168, 1536), 1);  // with q_a: one GEMM
   EXPECT_EQ(detail::mla_gemm_stage_a_splits(384, 7168, 0), 7);

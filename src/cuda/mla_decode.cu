@@ -1148,14 +1148,13 @@ int q_rows_run(const MlaProblem& p, const MlaArgs& a) {
   return a.q_a != nullptr ? static_cast<int>(p.q_rank) : 0;
 }
 
-// Token tiles of K1's and K3's instantiation: 1, 2 or 4 (3 runs as 4) for all T in one window;
-// where the call runs in windows (mla_decode_token_windows, heuristics.h), those of one window
-// (mla_decode_window_tiles).
-
 bool in_windows(const MlaProblem& p) {
   return p.tokens() > kMTile && mla_decode_token_windows(p);
 }
 
+// Token tiles of K1's and K3's instantiation: 1, 2 or 4 (3 runs as 4) for all T in one window;
+// where the call runs in windows (mla_decode_token_windows, heuristics.h), those of one window
+// (mla_decode_window_tiles).
 int token_tiles(const MlaProblem& p) {
   if (in_windows(p)) return mla_decode_window_tiles(p.tokens());
   const int64_t tiles = ceil_div<int64_t>(p.tokens(), kMTile);

@@ -80,15 +80,11 @@ int main() {
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   CK(cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
   CK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, 0));
-  const size_t bytes = size_t{32768} * 512 * 2;  // V3's kv_b: [H * 256, R] bf16
-  constexpr int kSets = 4;
-  char* dev = nullptr;
-  CK(cudaMalloc(&dev, bytes * kSets));
-  CK(cudaMemset(dev, 0x5a, bytes * kSets));
-  unsigned* sink = nullptr;
-  CK(cudaMalloc(&sink, 64));
-  cudaStream_t stream;
-  CK(cudaStreamCreate(&stream));
+  probe::KvBSets data;
+  CK(data.init());
+  const size_t bytes = probe::KvBSets::kBytes;
+  unsigned* sink = data.sink;
+  cudaStream_t stream = data.stream;
   const size_t n = bytes / 16;
   printf("fresh reads of %.1f MB, %d SMs, %d KB of shared memory an SM, %d B reserved a block\n",
          bytes / 1e6, sms, per_sm_smem / 1024, reserved);
@@ -107,7 +103,7 @@ int main() {
     const int grid = per_sm * sms;
     if (graph_us_per_call(stream, 64, [&](int c) {
           (void)launch(kernel, grid, smem, percent, stream,
-                       reinterpret_cast<const uint4*>(dev + (c % kSets) * bytes), n, sink);
+                       reinterpret_cast<const uint4*>(data.set(c)), n, sink);
         }, &us))
       return 1;
     CK(cudaGetLastError());
@@ -129,7 +125,5 @@ int main() {
         return 1;
     }
   }
-  CK(cudaFree(dev));
-  CK(cudaFree(sink));
   return 0;
 }

@@ -42,4 +42,28 @@ __global__ void __launch_bounds__(kStreamThreads)
   if (acc == 0x9e3779b9u) sink[0] = acc;
 }
 
+// What the fresh-stream probes (stream_probe.cu, carveout_probe.cu) read: kSets copies of V3's
+// kv_b ([H * 256, R] bf16, 33.5 MB each; four rotate past the L2), a sink word and a stream.
+struct KvBSets {
+  static constexpr size_t kBytes = size_t{32768} * 512 * 2;
+  static constexpr int kSets = 4;
+  char* dev = nullptr;
+  unsigned* sink = nullptr;
+  cudaStream_t stream = nullptr;
+  // The first error of the allocations, or cudaSuccess.
+  cudaError_t init() {
+    cudaError_t e = cudaMalloc(&dev, kBytes * kSets);
+    if (e == cudaSuccess) e = cudaMemset(dev, 0x5a, kBytes * kSets);
+    if (e == cudaSuccess) e = cudaMalloc(&sink, 64);
+    if (e == cudaSuccess) e = cudaStreamCreate(&stream);
+    return e;
+  }
+  char* set(int i) const { return dev + static_cast<size_t>(i % kSets) * kBytes; }
+  ~KvBSets() {
+    cudaFree(dev);
+    cudaFree(sink);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
 }  // namespace probe

@@ -134,18 +134,15 @@ __global__ void __launch_bounds__(kThreads) stream_bulk(const char* __restrict__
 int main() {
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const size_t bytes = size_t{32768} * 512 * 2;  // V3's kv_b: [H * 256, R] bf16
-  constexpr int kSets = 4;
-  char* dev = nullptr;
-  CK(cudaMalloc(&dev, bytes * kSets));
-  CK(cudaMemset(dev, 0x5a, bytes * kSets));
-  unsigned* sink = nullptr;
-  CK(cudaMalloc(&sink, 64));
-  cudaStream_t stream;
-  CK(cudaStreamCreate(&stream));
+  probe::KvBSets data;
+  CK(data.init());
+  const size_t bytes = probe::KvBSets::kBytes;
+  constexpr int kSets = probe::KvBSets::kSets;
+  unsigned* sink = data.sink;
+  cudaStream_t stream = data.stream;
   // Median per-call time (us) of a graph of 64 launches over `sets` sets, 21 replays.
   auto time_variant = [&](auto launch, int sets, float* us) -> int {
-    return graph_us_per_call(stream, 64, [&](int c) { launch(dev + (c % sets) * bytes); }, us);
+    return graph_us_per_call(stream, 64, [&](int c) { launch(data.set(c % sets)); }, us);
   };
   auto report = [&](const char* name, auto launch) -> int {
     float fresh = 0, reread = 0;
@@ -214,7 +211,5 @@ int main() {
         return 1;
     }
   }
-  CK(cudaFree(dev));
-  CK(cudaFree(sink));
   return 0;
 }

@@ -1358,10 +1358,7 @@ Status launch_stage_b(const DecodeParams& k, int64_t tiles, int windows, int64_t
       after_stage_a && programmatic_launch_allowed<mla_decode_stage_b<T, kM, kRing>>(facts->major);
   cudaLaunchAttribute attributes[2] = {{}, {}};
   int count = 0;
-  if (programmatic) {
-    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
-  }
+  if (programmatic) attributes[count++] = programmatic_attribute();
   if (!kRing && mla_decode_stage_b_spread(blocks * windows, facts->sm_count)) {
     attributes[count].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
     attributes[count++].val.sharedMemCarveout = cudaSharedmemCarveoutMaxL1;

@@ -322,15 +322,21 @@ bool programmatic_launch_allowed(int major) {
   return major >= 9 && compiled_arch<Kernel>() >= 90;
 }
 
+// The programmatic-dependent-launch attribute.
+inline cudaLaunchAttribute programmatic_attribute() {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  return attribute;
+}
+
 // A launch configuration of `threads` per block on `stream` carrying the programmatic-dependent-
 // launch attribute; each launch sets gridDim, dynamicSmemBytes and numAttrs (1 where
 // programmatic_launch_allowed, else 0: a plain launch). Not copyable: config.attrs points into it.
 struct ProgrammaticLaunch {
-  cudaLaunchAttribute attribute{};
+  cudaLaunchAttribute attribute = programmatic_attribute();
   cudaLaunchConfig_t config{};
   ProgrammaticLaunch(unsigned threads, cudaStream_t stream) {
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
     config.blockDim = dim3(threads);
     config.stream = stream;
     config.attrs = &attribute;

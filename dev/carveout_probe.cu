@@ -1,3 +1,4 @@
+// MEASURED 2026-12-07 ~10:35 UTC (session 42, H100; data/h100_session42_2026-12-07.txt): flat, 12.1-12.6 us in every configuration.
 // Probe (not shipped): does the L1 left beside shared memory bound a weight stream's loads in
 // flight? Session 41 (docs/experiments.md) saw the fused stage A's 30 MB stream go from 15.0 to
 // 19.5 us when its kernel preferred the largest shared-memory carveout (L1 ~28 KB), and a kv_b

@@ -1,3 +1,8 @@
+#!/usr/bin/env bash
+# Session 42's first device call (run as `bash dev/session42_call1.sh`): the tree's MLA GPU tests and
+# V2-Lite rows (A), cuda-decode with fewer up stages (C, D: timed on the float32 presets by
+# mistake, so not the patched bf16 kernel), cuda-fused's register tiles preferring the largest L1
+# (E), then dev/carveout_probe.cu. Results: docs/data/h100_session42_2026-12-07.txt.
 export PATH=/usr/local/cuda/bin:$PATH
 (nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude dev/carveout_probe.cu -o /tmp/carveout_probe > /tmp/probe_build.log 2>&1; echo "probe build rc=$?") &
 PATCHES="dev/decode_tc_up_stages_2.patch dev/decode_tc_up_stages_1.patch dev/fused_register_tiles_spread.patch" \

@@ -133,11 +133,11 @@ inline bool mla_decode_stage_b_ring(int64_t tiles, int64_t held_plan_warps) {
 // most one block per SM: launched preferring the largest L1 (the launch's carveout attribute),
 // which gives each SM's L1/shared split its smallest shared-memory configuration that fits one
 // of its blocks, so that no two share an SM and none shares one with K1, whose stream is the
-// chain's first link (a per-block timeline, docs/experiments.md session 42: V2-Lite T=1's 64
-// blocks all on the 64 SMs K1 left free). H100, 2026-12-07, same call, with / without, us:
-// V2-Lite whole path T=1 7.26 / 7.88, T=4 8.10 / 8.52, T=32 (two windows, 128 blocks) 10.68 /
-// 10.95; T=16, T=64 (not applied: 256 blocks) and stage B alone level. Applied past one block per
-// SM (as a function attribute), it ran in two waves: V2-Lite T=64 and Kimi K2 (256 blocks) +3 us.
+// chain's first link (its blocks land on the SMs K1 leaves free). H100, 2026-12-07, same call,
+// with / without, us: V2-Lite whole path T=1 7.26 / 7.88, T=4 8.10 / 8.52, T=32 (two windows,
+// 128 blocks) 10.68 / 10.95; T=16, T=64 (not applied: 256 blocks) and stage B alone level.
+// Applied past one block per SM (as a function attribute), it ran in two waves: V2-Lite T=64 and
+// Kimi K2 (256 blocks) +3 us.
 inline bool mla_decode_stage_b_spread(int64_t blocks, int64_t sm_count) {
   return blocks <= sm_count;
 }

@@ -1356,16 +1356,12 @@ Status launch_stage_b(const DecodeParams& k, int64_t tiles, int windows, int64_t
   const int64_t blocks = stage_b_blocks(tiles, kRing, facts->sm_count);
   const bool programmatic =
       after_stage_a && programmatic_launch_allowed<mla_decode_stage_b<T, kM, kRing>>(facts->major);
-  cudaLaunchAttribute attributes[2] = {{}, {}};
-  int count = 0;
-  if (programmatic) attributes[count++] = programmatic_attribute();
-  if (!kRing && mla_decode_stage_b_spread(blocks * windows, facts->sm_count)) {
-    attributes[count].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
-    attributes[count++].val.sharedMemCarveout = cudaSharedmemCarveoutMaxL1;
-  }
-  cudaLaunchConfig_t launch = config;
-  launch.attrs = attributes;
-  launch.numAttrs = static_cast<unsigned>(count);
+  cudaLaunchAttribute spread{};
+  spread.id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+  spread.val.sharedMemCarveout = cudaSharedmemCarveoutMaxL1;
+  const bool spread_out = !kRing && mla_decode_stage_b_spread(blocks * windows, facts->sm_count);
+  LaunchAttributes attributes(programmatic, spread_out ? &spread : nullptr);
+  cudaLaunchConfig_t launch = attributes.on(config);
   launch.gridDim = dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(windows));
   launch.dynamicSmemBytes = static_cast<size_t>(smem);
   LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&launch, mla_decode_stage_b<T, kM, kRing>, k));
@@ -1535,18 +1531,17 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
       config.gridDim = dim3(1, k.tokens);
       LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_a_row_epilogue<T>, k));
     } else if (!k.fold) {
-      // With cluster_norm: one cluster of the token's slices, then the programmatic attribute.
-      cudaLaunchAttribute attributes[2] = {{}, launch_config.attribute};
-      attributes[0].id = cudaLaunchAttributeClusterDimension;
-      attributes[0].val.clusterDim.x = static_cast<unsigned>(k.slices);
-      attributes[0].val.clusterDim.y = 1;
-      attributes[0].val.clusterDim.z = 1;
-      config.attrs = k.cluster_norm ? attributes : attributes + 1;
-      config.numAttrs = (k.cluster_norm ? 1 : 0) + (epilogue_sm90 ? 1 : 0);
-      config.gridDim = dim3(k.slices, std::max(k.tokens, kMlaDecodeEpilogueMinTokenRows));
+      // Programmatic on sm_90 code, and with cluster_norm one cluster of the token's slices.
+      cudaLaunchAttribute cluster{};
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = static_cast<unsigned>(k.slices);
+      cluster.val.clusterDim.y = 1;
+      cluster.val.clusterDim.z = 1;
+      LaunchAttributes attributes(epilogue_sm90, k.cluster_norm ? &cluster : nullptr);
+      cudaLaunchConfig_t epilogue = attributes.on(config);
+      epilogue.gridDim = dim3(k.slices, std::max(k.tokens, kMlaDecodeEpilogueMinTokenRows));
       const cudaError_t launched =
-          cudaLaunchKernelEx(&config, mla_decode_stage_a_epilogue<T, RopeT>, k);
-      config.attrs = &launch_config.attribute;
+          cudaLaunchKernelEx(&epilogue, mla_decode_stage_a_epilogue<T, RopeT>, k);
       LATENTKV_RETURN_IF_ERROR(
           cuda_status(launched, "cudaLaunchKernelEx(mla_decode_stage_a_epilogue)"));
     }

@@ -330,6 +330,25 @@ inline cudaLaunchAttribute programmatic_attribute() {
   return attribute;
 }
 
+// A launch's attribute list: the programmatic-dependent-launch attribute where `programmatic`,
+// then `extra` (a cluster dimension, a shared-memory carveout) where not null. on(config) returns
+// the config carrying the list, which points into this object: keep it alive until the launch.
+struct LaunchAttributes {
+  cudaLaunchAttribute list[2] = {};
+  unsigned count = 0;
+  LaunchAttributes(bool programmatic, const cudaLaunchAttribute* extra) {
+    if (programmatic) list[count++] = programmatic_attribute();
+    if (extra != nullptr) list[count++] = *extra;
+  }
+  LaunchAttributes(const LaunchAttributes&) = delete;
+  LaunchAttributes& operator=(const LaunchAttributes&) = delete;
+  cudaLaunchConfig_t on(cudaLaunchConfig_t config) {
+    config.attrs = list;
+    config.numAttrs = count;
+    return config;
+  }
+};
+
 // A launch configuration of `threads` per block on `stream` carrying the programmatic-dependent-
 // launch attribute; each launch sets gridDim, dynamicSmemBytes and numAttrs (1 where
 // programmatic_launch_allowed, else 0: a plain launch). Not copyable: config.attrs points into it.
@@ -359,16 +378,13 @@ cudaError_t launch_after_previous(dim3 grid, unsigned threads, size_t smem, cuda
                                   const cudaLaunchAttribute* extra = nullptr) {
   static_assert(std::is_same_v<decltype(kernel_parameter(Kernel)), Params>,
                 "params is the kernel's own parameter type (a derived one would be sliced)");
-  ProgrammaticLaunch launch(threads, stream);
-  cudaLaunchConfig_t& config = launch.config;
-  config.gridDim = grid;
-  config.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attributes[2] = {};
-  unsigned count = 0;
-  if (programmatic_launch_allowed<Kernel>(major)) attributes[count++] = launch.attribute;
-  if (extra != nullptr) attributes[count++] = *extra;
-  config.attrs = attributes;
-  config.numAttrs = count;
+  cudaLaunchConfig_t plain{};
+  plain.gridDim = grid;
+  plain.blockDim = dim3(threads);
+  plain.dynamicSmemBytes = smem;
+  plain.stream = stream;
+  LaunchAttributes attributes(programmatic_launch_allowed<Kernel>(major), extra);
+  const cudaLaunchConfig_t config = attributes.on(plain);
   const cudaError_t err = cudaLaunchKernelEx(&config, Kernel, params);
   if (err != cudaSuccess) (void)cudaGetLastError();  // returned, not left for the caller's check
   return err;

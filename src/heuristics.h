@@ -119,6 +119,17 @@ inline bool mla_decode_overlap_stage_b(int64_t stage_a_weight_bytes, int64_t kv_
   return static_cast<double>(stage_a_weight_bytes) <=
          kMlaDecodeOverlapMaxWeightRatio * static_cast<double>(kv_b_bytes);
 }
+// With stage B planned beside it (mla_decode_overlap_stage_b), K1 is launched asking for the
+// shared-memory carveout (percent of the SM's shared memory, the launch attribute's unit) that
+// holds `bytes_per_sm`: its block, a K2 block and stage B's blocks per SM. Left to the driver, K1's
+// own need at one token (~1 KB of hidden) gets a small configuration that holds at most one
+// stage-B block beside it, so stage B's first kv_b tiles loaded during K2 instead of K1's stream
+// (per-block timeline, H100, 2026-12-07: 79 of 512 blocks beside K1 at T=1, 451 at T=16).
+inline int mla_decode_stage_a_carveout(int64_t bytes_per_sm, int64_t sm_shared_bytes) {
+  if (sm_shared_bytes <= 0) return 100;
+  return static_cast<int>(
+      std::min<int64_t>(100, (100 * bytes_per_sm + sm_shared_bytes - 1) / sm_shared_bytes));
+}
 
 // cuda-mla-decode's stage B at one token tile: a ring of 4 K-blocks in registers at 4 blocks per
 // SM (more warps streaming) where kv_b has more 8-row tiles than the held-tile plan's warps (8 per

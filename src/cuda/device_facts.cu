@@ -30,7 +30,7 @@ Status device_facts(int device, const DeviceFacts** out) {
     const RelaxedCaptureScope relaxed;
     DeviceFacts& f = facts[device];
     f.device = device;
-    int smem = 0, cooperative = 0;
+    int smem = 0, smem_sm = 0, cooperative = 0;
     const struct {
       int* value;
       cudaDeviceAttr attribute;
@@ -38,15 +38,18 @@ Status device_facts(int device, const DeviceFacts** out) {
                    {&f.major, cudaDevAttrComputeCapabilityMajor},
                    {&f.minor, cudaDevAttrComputeCapabilityMinor},
                    {&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin},
+                   {&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor},
                    {&cooperative, cudaDevAttrCooperativeLaunch}};
     cudaError_t err = cudaSuccess;
     for (const auto& q : queries) {
       if (err == cudaSuccess) err = cudaDeviceGetAttribute(q.value, q.attribute, device);
     }
     f.smem_optin = static_cast<size_t>(smem);
+    f.smem_per_sm = static_cast<size_t>(smem_sm);
     f.cooperative_launch = cooperative != 0;
     f.status = cuda_status(err, "cudaDeviceGetAttribute(MultiProcessorCount, ComputeCapability, "
-                                "MaxSharedMemoryPerBlockOptin, CooperativeLaunch)");
+                                "MaxSharedMemoryPerBlockOptin, MaxSharedMemoryPerMultiprocessor, "
+                                "CooperativeLaunch)");
   });
   *out = &facts[device];
   return (*out)->status;

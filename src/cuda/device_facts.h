@@ -21,6 +21,7 @@ struct DeviceFacts {
   int sm_count = 0;
   int major = 0, minor = 0;  // compute capability
   size_t smem_optin = 0;     // bytes of shared memory one block may opt in to (227 KB on Hopper)
+  size_t smem_per_sm = 0;    // bytes of shared memory an SM has (228 KB on Hopper)
   bool cooperative_launch = false;
   Status status;  // the queries' outcome
 };

@@ -14,8 +14,10 @@
 //   K1 mla_decode_stage_a      block = 64 weight rows of [q_a_weight; kv_a_weight] (a warp per
 //                              8) x one chunk of D (chunks so that <= 2 blocks per SM; 1 where K3
 //                              follows and stage A's weights are small, so a K3 block fits
-//                              beside it; steps of 256 columns, 8 loads in flight per thread,
-//                              double-buffered; 128 and 4 with four token tiles); the hidden
+//                              beside it, and with K3 planned beside it a shared-memory
+//                              carveout that holds K3's blocks; steps of 256 columns, 8 loads
+//                              in flight per thread, double-buffered; 128 and 4 with four
+//                              token tiles); the hidden
 //                              chunk [T, chunk] staged in shared memory (chunks narrow as T
 //                              grows: under 48 KB); partial dot products to the workspace
 //                              [chunk][T][rows] float32.
@@ -468,6 +470,8 @@ constexpr int kRowEpilogueRows = 3;  // rows of [c | k_pe] per thread: R + dr <=
 // Chunk partials per row in flight: 8, one L2 round trip at V2-Lite's 8 chunks (24 loads a thread
 // within K2's 48 registers: sum_chunk_partials' loads take immediate offsets).
 constexpr int kRowEpilogueBatch = 8;
+// The whole-row K2's static shared memory (red, pe), for K1's carveout beside it.
+constexpr int64_t kRowEpilogueStaticSmem = (kWarps + 2 * kMaxRopeDim) * sizeof(float);
 static_assert(kRowEpilogueBatch <= kPartialBatch, "no more in flight than K2 holds");
 
 // What the row epilogue reads before its wait (stage A writes none of it): this thread's gamma
@@ -1518,13 +1522,27 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
     // K1 waits for the kernel before it (the caller's, or the previous call's last) before it
     // touches memory (the arrivals it zeroes, the partials it overwrites, the inputs); launched
     // as its programmatic dependent where mla_decode_stage_a_programmatic, else a plain launch.
-    config.numAttrs =
+    const bool k1_programmatic =
         mla_decode_stage_a_programmatic(p.tokens(), int64_t{k.a_rows} * p.model_dim * eb) &&
         programmatic_launch_allowed<mla_decode_stage_a<T, kM>>(facts->major);
-    config.gridDim = dim3(plan.row_groups, plan.chunks, windows);
-    config.dynamicSmemBytes = sizeof(T) * k.window * smem_ld(k.chunk);
-    LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_a<T, kM>, k));
-    config.dynamicSmemBytes = 0;
+    const size_t k1_smem = sizeof(T) * k.window * smem_ld(k.chunk);
+    // With K3 planned beside K1: the shared-memory carveout that holds K1's block, a K2 block and
+    // K3's blocks per SM (mla_decode_stage_a_carveout), each with the 1 KB the SM reserves.
+    cudaLaunchAttribute carveout{};
+    if (overlap) {
+      const int64_t k3_block = stage_b_smem(p, k.window, sizeof(T)) + kStageBStaticSmem + 1024;
+      const int64_t k2_block = kRowEpilogueStaticSmem + 1024;
+      const int64_t k3_blocks = ring ? kStageBBlocksPerSm<true> : kStageBBlocksPerSm<false>;
+      const int64_t per_sm = static_cast<int64_t>(k1_smem) + 1024 + k2_block + k3_blocks * k3_block;
+      carveout.id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+      carveout.val.sharedMemCarveout =
+          mla_decode_stage_a_carveout(per_sm, static_cast<int64_t>(facts->smem_per_sm));
+    }
+    LaunchAttributes k1_attributes(k1_programmatic, overlap ? &carveout : nullptr);
+    cudaLaunchConfig_t k1 = k1_attributes.on(config);
+    k1.gridDim = dim3(plan.row_groups, plan.chunks, windows);
+    k1.dynamicSmemBytes = k1_smem;
+    LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&k1, mla_decode_stage_a<T, kM>, k));
     if (k.whole_rows) {
       config.numAttrs =
           programmatic_launch_allowed<mla_decode_stage_a_row_epilogue<T>>(facts->major);

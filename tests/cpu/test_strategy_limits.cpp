@@ -233,6 +233,15 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_TRUE(detail::mla_decode_stage_b_spread(2 * 64, 132));
   EXPECT_FALSE(detail::mla_decode_stage_b_spread(4 * 64, 132));
   EXPECT_FALSE(detail::mla_decode_stage_b_spread(256, 132));
+  // K1's carveout beside stage B: the percent of the SM's shared memory (228 KB on Hopper) that
+  // holds the bytes asked, rounded up, at most 100. V3 kv T=1: K1 2 KB, K2 3 KB, 4 ring blocks of
+  // 6.2 KB: 14 % (the 32 KB configuration).
+  EXPECT_EQ(detail::mla_decode_stage_a_carveout(30656, 233472), 14);
+  EXPECT_EQ(detail::mla_decode_stage_a_carveout(2334, 233472), 1);
+  EXPECT_EQ(detail::mla_decode_stage_a_carveout(2335, 233472), 2);
+  EXPECT_EQ(detail::mla_decode_stage_a_carveout(233472, 233472), 100);
+  EXPECT_EQ(detail::mla_decode_stage_a_carveout(400000, 233472), 100);
+  EXPECT_EQ(detail::mla_decode_stage_a_carveout(1000, 0), 100);
   EXPECT_TRUE(detail::mla_decode_whole_rows((8 + 7) / 8));
   EXPECT_TRUE(detail::mla_decode_whole_rows((28 + 7) / 8));
   EXPECT_TRUE(detail::mla_decode_whole_rows((32 + 7) / 8));

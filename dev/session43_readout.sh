@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 43's readout of the tree (K1's carveout shipped), ~500 s on an H100: build, every GPU
-# test, memcheck and racecheck on cuda-mla-decode's ring, whole-row and sliced K2 cases, while a
+# Session 43's readout of the tree (K1's carveout shipped), ~350 s on an H100: build, every GPU
+# test (SANITIZE=1: then memcheck and racecheck on cuda-mla-decode's ring, whole-row and sliced K2
+# cases, ~+100 s), while a
 # second tree with dev/mla_timeline.patch (K3's 'staged' stamp included) builds beside them; then
 # latentkv-bench --sweep-mla-path (issue 15's and 16's rows) once, then the timeline build's
 # per-block records on the rows whose K3 tail after its release is unexplained (V2-Lite T=1 / 16,
@@ -18,7 +19,7 @@ git ls-files -z | xargs -0 cp --parents -t $TL 2>/dev/null || cp -r . $TL
  nice cmake --build bg -j 6 >>"$OUT/tl_build.log" 2>&1; echo "timeline build rc=$?") &
 tl_pid=$!
 CTEST=0 SANITIZE_FILTER="MlaDecode/*ring*:MlaDecode/*rows*:MlaDecode/*slices*" \
-  timeout 260 bash scripts/gpu_check.sh build test sanitize >"$OUT/check.txt" 2>&1
+  timeout 260 bash scripts/gpu_check.sh build test ${SANITIZE:+sanitize} >"$OUT/check.txt" 2>&1
 grep -E "^== " "$OUT/check.txt"; echo "checks done at $((SECONDS - start)) s"
 wait $tl_pid
 timeout 130 build-gpu/bench/latentkv-bench --sweep-mla-path --quiet >"$OUT/sweep_mla_path.txt" 2>&1

@@ -17,10 +17,9 @@
 //                              beside it, and with K3 planned beside it a shared-memory
 //                              carveout that holds K3's blocks; steps of 256 columns, 8 loads
 //                              in flight per thread, double-buffered; 128 and 4 with four
-//                              token tiles); the hidden
-//                              chunk [T, chunk] staged in shared memory (chunks narrow as T
-//                              grows: under 48 KB); partial dot products to the workspace
-//                              [chunk][T][rows] float32.
+//                              token tiles); the hidden chunk [T, chunk] staged in shared
+//                              memory (chunks narrow as T grows: under 48 KB); partial dot
+//                              products to the workspace [chunk][T][rows] float32.
 //   K2 mla_decode_stage_a_epilogue  block = (slice of 256 rows, token; at least 16 token rows,
 //                              those past T only waiting for K1): sums its rows over the
 //                              chunks (fixed order), then per norm group (q_a, c) the slices'
@@ -1336,12 +1335,37 @@ struct DecodeKernels {
   }
 };
 
+// kStageBBlocksPerSm of the K3 variant the launcher picked.
+int64_t stage_b_blocks_per_sm(bool ring) {
+  return ring ? kStageBBlocksPerSm<true> : kStageBBlocksPerSm<false>;
+}
+
 // K3's blocks per token window: a persistent grid over `tiles` kv_b tiles of at most
 // kStageBBlocksPerSm blocks per SM.
 int64_t stage_b_blocks(int64_t tiles, bool ring, int sm_count) {
   return std::min<int64_t>(ceil_div<int64_t>(tiles, kWarps),
-                           int64_t{ring ? kStageBBlocksPerSm<true> : kStageBBlocksPerSm<false>} *
-                               sm_count);
+                           stage_b_blocks_per_sm(ring) * sm_count);
+}
+
+// Shared memory the SM reserves for each resident block (sm_80 and later), beside what the block
+// asks for.
+constexpr int64_t kSmemReservedPerBlock = 1024;
+
+// K1's launch attribute where K3 is planned beside it: the shared-memory carveout that holds
+// K1's block (k1_smem), a K2 block and K3's blocks (a window of `window` tokens) per SM
+// (mla_decode_stage_a_carveout).
+cudaLaunchAttribute stage_a_carveout(const MlaProblem& p, int window, size_t k1_smem, bool ring,
+                                     const DeviceFacts* facts) {
+  const int64_t k1_block = static_cast<int64_t>(k1_smem) + kSmemReservedPerBlock;
+  const int64_t k2_block = kRowEpilogueStaticSmem + kSmemReservedPerBlock;
+  const int64_t k3_block =
+      stage_b_smem(p, window, element_size(p.dtype)) + kStageBStaticSmem + kSmemReservedPerBlock;
+  const int64_t per_sm = k1_block + k2_block + stage_b_blocks_per_sm(ring) * k3_block;
+  cudaLaunchAttribute carveout{};
+  carveout.id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+  carveout.val.sharedMemCarveout =
+      mla_decode_stage_a_carveout(per_sm, static_cast<int64_t>(facts->smem_per_sm));
+  return carveout;
 }
 
 // Does K3 run at one token tile with the ring (mla_decode_stage_b_ring)?
@@ -1526,18 +1550,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
         mla_decode_stage_a_programmatic(p.tokens(), int64_t{k.a_rows} * p.model_dim * eb) &&
         programmatic_launch_allowed<mla_decode_stage_a<T, kM>>(facts->major);
     const size_t k1_smem = sizeof(T) * k.window * smem_ld(k.chunk);
-    // With K3 planned beside K1: the shared-memory carveout that holds K1's block, a K2 block and
-    // K3's blocks per SM (mla_decode_stage_a_carveout), each with the 1 KB the SM reserves.
-    cudaLaunchAttribute carveout{};
-    if (overlap) {
-      const int64_t k3_block = stage_b_smem(p, k.window, sizeof(T)) + kStageBStaticSmem + 1024;
-      const int64_t k2_block = kRowEpilogueStaticSmem + 1024;
-      const int64_t k3_blocks = ring ? kStageBBlocksPerSm<true> : kStageBBlocksPerSm<false>;
-      const int64_t per_sm = static_cast<int64_t>(k1_smem) + 1024 + k2_block + k3_blocks * k3_block;
-      carveout.id = cudaLaunchAttributePreferredSharedMemoryCarveout;
-      carveout.val.sharedMemCarveout =
-          mla_decode_stage_a_carveout(per_sm, static_cast<int64_t>(facts->smem_per_sm));
-    }
+    const cudaLaunchAttribute carveout = stage_a_carveout(p, k.window, k1_smem, ring, facts);
     LaunchAttributes k1_attributes(k1_programmatic, overlap ? &carveout : nullptr);
     cudaLaunchConfig_t k1 = k1_attributes.on(config);
     k1.gridDim = dim3(plan.row_groups, plan.chunks, windows);

@@ -342,20 +342,22 @@ Status launch(const Problem& p, const Args& a, Stream stream) {
   kv_proj_decode_fp32_down<T, kGroup><<<down_grid, kThreads, 0, stream>>>(k);
   LATENTKV_CUDA_RETURN(cudaGetLastError());
 
-  ProgrammaticLaunch launch_config(kThreads, stream);
-  cudaLaunchConfig_t& config = launch_config.config;
+  const cudaLaunchConfig_t plain = plain_launch_config(kThreads, stream);
 
-  config.gridDim = dim3(static_cast<unsigned>((latent_floats(p) + 31) / 32));
-  config.dynamicSmemBytes = 0;
-  config.numAttrs = programmatic_launch_allowed<kv_proj_decode_fp32_reduce<T>>(facts->major);
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, kv_proj_decode_fp32_reduce<T>, k));
+  LaunchAttributes reduce_attributes(
+      programmatic_launch_allowed<kv_proj_decode_fp32_reduce<T>>(facts->major), nullptr);
+  cudaLaunchConfig_t reduce = reduce_attributes.on(plain);
+  reduce.gridDim = dim3(static_cast<unsigned>((latent_floats(p) + 31) / 32));
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&reduce, kv_proj_decode_fp32_reduce<T>, k));
 
   const int64_t up_tiles = ceil_div<int64_t>(2 * int64_t{k.kv_width}, UpTile<T>::kCols);
-  config.gridDim = dim3(static_cast<unsigned>(
+  LaunchAttributes up_attributes(
+      programmatic_launch_allowed<kv_proj_decode_fp32_up<T, kGroup>>(facts->major), nullptr);
+  cudaLaunchConfig_t up = up_attributes.on(plain);
+  up.gridDim = dim3(static_cast<unsigned>(
       std::min<int64_t>(up_tiles, int64_t{kUpBlocksPerSm} * facts->sm_count)));
-  config.dynamicSmemBytes = up_smem_bytes(p);
-  config.numAttrs = programmatic_launch_allowed<kv_proj_decode_fp32_up<T, kGroup>>(facts->major);
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, kv_proj_decode_fp32_up<T, kGroup>, k));
+  up.dynamicSmemBytes = up_smem_bytes(p);
+  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&up, kv_proj_decode_fp32_up<T, kGroup>, k));
   return Status::Ok();
 }
 

@@ -1519,8 +1519,7 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
 
   bind_tensors(p, a, k);
 
-  ProgrammaticLaunch launch_config(kThreads, stream);
-  cudaLaunchConfig_t& config = launch_config.config;
+  const cudaLaunchConfig_t config = plain_launch_config(kThreads, stream);
 
   if (fused) {
     // A plain cooperative launch: the grid-wide barrier needs every block resident, and KA
@@ -1528,13 +1527,10 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
     cudaLaunchAttribute cooperative{};
     cooperative.id = cudaLaunchAttributeCooperative;
     cooperative.val.cooperative = 1;
-    cudaLaunchConfig_t fused_config{};
+    LaunchAttributes fused_attributes(false, &cooperative);
+    cudaLaunchConfig_t fused_config = fused_attributes.on(config);
     fused_config.gridDim = dim3(static_cast<unsigned>(fused_cut.row_groups),
                                 static_cast<unsigned>(fused_cut.chunks));
-    fused_config.blockDim = dim3(kThreads);
-    fused_config.stream = stream;
-    fused_config.attrs = &cooperative;
-    fused_config.numAttrs = 1;
     const cudaError_t launched = cudaLaunchKernelEx(&fused_config, mla_decode_fused_stage_a<T>, k);
     if (launched == cudaErrorCooperativeLaunchTooLarge) {
       (void)cudaGetLastError();  // nothing was launched: clear it and run K1 and K2
@@ -1557,10 +1553,11 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
     k1.dynamicSmemBytes = k1_smem;
     LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&k1, mla_decode_stage_a<T, kM>, k));
     if (k.whole_rows) {
-      config.numAttrs =
-          programmatic_launch_allowed<mla_decode_stage_a_row_epilogue<T>>(facts->major);
-      config.gridDim = dim3(1, k.tokens);
-      LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&config, mla_decode_stage_a_row_epilogue<T>, k));
+      LaunchAttributes attributes(
+          programmatic_launch_allowed<mla_decode_stage_a_row_epilogue<T>>(facts->major), nullptr);
+      cudaLaunchConfig_t rows = attributes.on(config);
+      rows.gridDim = dim3(1, k.tokens);
+      LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&rows, mla_decode_stage_a_row_epilogue<T>, k));
     } else if (!k.fold) {
       // Programmatic on sm_90 code, and with cluster_norm one cluster of the token's slices.
       cudaLaunchAttribute cluster{};

@@ -349,20 +349,14 @@ struct LaunchAttributes {
   }
 };
 
-// A launch configuration of `threads` per block on `stream` carrying the programmatic-dependent-
-// launch attribute; each launch sets gridDim, dynamicSmemBytes and numAttrs (1 where
-// programmatic_launch_allowed, else 0: a plain launch). Not copyable: config.attrs points into it.
-struct ProgrammaticLaunch {
-  cudaLaunchAttribute attribute = programmatic_attribute();
+// A launch configuration of `threads` per block on `stream` with no attributes: each launch sets
+// its grid and dynamic shared memory and takes its attributes from LaunchAttributes::on.
+inline cudaLaunchConfig_t plain_launch_config(unsigned threads, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
-  ProgrammaticLaunch(unsigned threads, cudaStream_t stream) {
-    config.blockDim = dim3(threads);
-    config.stream = stream;
-    config.attrs = &attribute;
-  }
-  ProgrammaticLaunch(const ProgrammaticLaunch&) = delete;
-  ProgrammaticLaunch& operator=(const ProgrammaticLaunch&) = delete;
-};
+  config.blockDim = dim3(threads);
+  config.stream = stream;
+  return config;
+}
 
 // Launches Kernel(params) over (grid, threads, smem) on `stream` as a programmatic dependent of
 // the kernel before it in the stream where programmatic_launch_allowed (else in plain stream
@@ -378,11 +372,9 @@ cudaError_t launch_after_previous(dim3 grid, unsigned threads, size_t smem, cuda
                                   const cudaLaunchAttribute* extra = nullptr) {
   static_assert(std::is_same_v<decltype(kernel_parameter(Kernel)), Params>,
                 "params is the kernel's own parameter type (a derived one would be sliced)");
-  cudaLaunchConfig_t plain{};
+  cudaLaunchConfig_t plain = plain_launch_config(threads, stream);
   plain.gridDim = grid;
-  plain.blockDim = dim3(threads);
   plain.dynamicSmemBytes = smem;
-  plain.stream = stream;
   LaunchAttributes attributes(programmatic_launch_allowed<Kernel>(major), extra);
   const cudaLaunchConfig_t config = attributes.on(plain);
   const cudaError_t err = cudaLaunchKernelEx(&config, Kernel, params);

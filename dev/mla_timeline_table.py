@@ -19,7 +19,7 @@ def summarize(label, rows):
     gaps = sorted({b - a for a, b in zip(sorted(set(times)), sorted(set(times))[1:]) if b > a})
     print(f"   globaltimer: smallest step between distinct stamps {gaps[0] if gaps else '-'} ns")
     f = lambda xs: "%6.2f %6.2f %6.2f" % (min(xs) / 1e3, statistics.median(xs) / 1e3, max(xs) / 1e3) if xs else "     -      -      -"
-    print(f"   {'kernel':6s} {'blocks':>6s} {'SMs':>4s}   {'entry min/med/max us':20s}   {'waited min/med/max':20s}   {'exit min/med/max':20s}   {'block med':>9s}   {'staged min/med/max':20s}   {'mma min/med/max':20s}   {'first exit min/med/max':20s}")
+    print(f"   {'kernel':6s} {'blocks':>6s} {'SMs':>4s}   {'entry min/med/max us':20s}   {'waited min/med/max':20s}   {'exit min/med/max':20s}   {'block med':>9s}   {'staged min/med/max':20s}   {'landed min/med/max':20s}   {'mma min/med/max':20s}   {'first exit min/med/max':20s}")
     for k in ORDER:
         if k not in by:
             continue
@@ -28,8 +28,9 @@ def summarize(label, rows):
         dur = [r["end"] - r["start"] for r in rs]
         staged = [r["staged"] for r in rs if r["staged"] >= 0]
         mma = [r["mma"] for r in rs if r["mma"] >= 0]
+        landed = [r["landed"] for r in rs if r["landed"] >= 0]
         endmin = [r["endmin"] for r in rs if r["endmin"] >= 0]
-        print(f"   {k:6s} {len(rs):6d} {len({r['sm'] for r in rs}):4d}   {f([r['start'] for r in rs])}   {f(waited)}   {f([r['end'] for r in rs])}   {statistics.median(dur) / 1e3:9.2f}   {f(staged) if staged else '':20s}   {f(mma) if mma else '':20s}   {f(endmin) if endmin else ''}")
+        print(f"   {k:6s} {len(rs):6d} {len({r['sm'] for r in rs}):4d}   {f([r['start'] for r in rs])}   {f(waited)}   {f([r['end'] for r in rs])}   {statistics.median(dur) / 1e3:9.2f}   {f(staged) if staged else '':20s}   {f(landed) if landed else '':20s}   {f(mma) if mma else '':20s}   {f(endmin) if endmin else ''}")
     # Which kernels' blocks shared SMs with K1's or KA's while those ran.
     for first in ("K1", "KA"):
         if first in by and "K3" in by:
@@ -55,7 +56,8 @@ def main():
                          "waited": int(p[8]), "end": int(p[10]),
                          "staged": int(p[16]) if len(p) > 16 else -1,
                          "mma": int(p[18]) if len(p) > 18 else -1,
-                         "endmin": int(p[20]) if len(p) > 20 else -1})
+                         "endmin": int(p[20]) if len(p) > 20 else -1,
+                         "landed": int(p[22]) if len(p) > 22 else -1})
         elif line.startswith("{"):
             x = json.loads(line)
             shape = x.get("shape") or {}

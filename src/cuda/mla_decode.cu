@@ -261,7 +261,10 @@ struct Acc {
 };
 
 // The MMAs of one step against A [T, ...] in shared memory (row stride ld, column 0 = k_base):
-// A rows past T and columns past `end` are zeros, not read.
+// A rows past T and columns past `end` are zeros, not read. At one token tile, no branch at
+// `end`: K-blocks past it multiply zeros (w is zero there too), so the fragment loads of every
+// K-block may issue ahead of the MMAs before them (more tiles keep the branch: their registers
+// would spill).
 template <typename T, int kLoads, int kM, int kC>
 __device__ __forceinline__ void mma_step(Acc<kM, kC>& acc, const T* a, int ld, int tokens, int k0,
                                          int k_base, int end, int g, int q,
@@ -269,9 +272,10 @@ __device__ __forceinline__ void mma_step(Acc<kM, kC>& acc, const T* a, int ld, i
   const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int j = 0; j < kLoads; ++j) {
-    const int kb = k0 + j * kKBlock;
-    if (kb >= end) break;  // warp-uniform
-    const int k = kb + 8 * q;
+    if constexpr (kM > 1) {
+      if (k0 + j * kKBlock >= end) break;  // warp-uniform
+    }
+    const int k = k0 + j * kKBlock + 8 * q;
     const T* col = a + (k - k_base);
     const bool in = k < end;
 #pragma unroll

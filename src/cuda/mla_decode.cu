@@ -1029,12 +1029,12 @@ __device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const OutRow
     if (k0 == 0) acc.zero();
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) {
-      if (k0 + j * kKBlock < p.kv_rank) {  // warp-uniform; A columns past R are zeros
-        const bool in = j * kKBlock < left;
-        const uint4 x0 = in && t0_in ? shared_vector(a0 + k0 + j * kKBlock) : zero;
-        const uint4 x1 = in && t1_in ? shared_vector(a1 + k0 + j * kKBlock) : zero;
-        mma_block<T>(acc.c[j % kStageBChains<1>][0], x0, x1, w[j]);
-      }
+      // No branch at R: K-blocks past it multiply zeros (A here, w where it was loaded), so the
+      // fragment loads may issue ahead of the MMAs before them.
+      const bool in = j * kKBlock < left;
+      const uint4 x0 = in && t0_in ? shared_vector(a0 + k0 + j * kKBlock) : zero;
+      const uint4 x1 = in && t1_in ? shared_vector(a1 + k0 + j * kKBlock) : zero;
+      mma_block<T>(acc.c[j % kStageBChains<1>][0], x0, x1, w[j]);
       w[j] = load_or_zero(next_src + j * kKBlock, next_src != nullptr && j * kKBlock < next_left);
     }
     if (next_k0 == 0) {  // the tile's last step: its outputs (token g: 0, 1; g + 8: 2, 3)

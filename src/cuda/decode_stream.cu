@@ -342,22 +342,16 @@ Status launch(const Problem& p, const Args& a, Stream stream) {
   kv_proj_decode_fp32_down<T, kGroup><<<down_grid, kThreads, 0, stream>>>(k);
   LATENTKV_CUDA_RETURN(cudaGetLastError());
 
-  const cudaLaunchConfig_t plain = plain_launch_config(kThreads, stream);
-
-  LaunchAttributes reduce_attributes(
-      programmatic_launch_allowed<kv_proj_decode_fp32_reduce<T>>(facts->major), nullptr);
-  cudaLaunchConfig_t reduce = reduce_attributes.on(plain);
-  reduce.gridDim = dim3(static_cast<unsigned>((latent_floats(p) + 31) / 32));
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&reduce, kv_proj_decode_fp32_reduce<T>, k));
+  const dim3 reduce_grid(static_cast<unsigned>((latent_floats(p) + 31) / 32));
+  LATENTKV_CUDA_RETURN(launch_after_previous<kv_proj_decode_fp32_reduce<T>>(
+      reduce_grid, kThreads, 0, stream, facts->major, k));
 
   const int64_t up_tiles = ceil_div<int64_t>(2 * int64_t{k.kv_width}, UpTile<T>::kCols);
-  LaunchAttributes up_attributes(
-      programmatic_launch_allowed<kv_proj_decode_fp32_up<T, kGroup>>(facts->major), nullptr);
-  cudaLaunchConfig_t up = up_attributes.on(plain);
-  up.gridDim = dim3(static_cast<unsigned>(
+  const dim3 up_grid(static_cast<unsigned>(
       std::min<int64_t>(up_tiles, int64_t{kUpBlocksPerSm} * facts->sm_count)));
-  up.dynamicSmemBytes = up_smem_bytes(p);
-  LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&up, kv_proj_decode_fp32_up<T, kGroup>, k));
+  constexpr auto kUp = kv_proj_decode_fp32_up<T, kGroup>;
+  LATENTKV_CUDA_RETURN(launch_after_previous<kUp>(
+      up_grid, kThreads, static_cast<size_t>(up_smem_bytes(p)), stream, facts->major, k));
   return Status::Ok();
 }
 

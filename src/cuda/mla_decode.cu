@@ -1550,18 +1550,16 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
         mla_decode_stage_a_programmatic(p.tokens(), int64_t{k.a_rows} * p.model_dim * eb) &&
         programmatic_launch_allowed<mla_decode_stage_a<T, kM>>(facts->major);
     const size_t k1_smem = sizeof(T) * k.window * smem_ld(k.chunk);
-    const cudaLaunchAttribute carveout = stage_a_carveout(p, k.window, k1_smem, ring, facts);
+    cudaLaunchAttribute carveout{};
+    if (overlap) carveout = stage_a_carveout(p, k.window, k1_smem, ring, facts);
     LaunchAttributes k1_attributes(k1_programmatic, overlap ? &carveout : nullptr);
     cudaLaunchConfig_t k1 = k1_attributes.on(config);
     k1.gridDim = dim3(plan.row_groups, plan.chunks, windows);
     k1.dynamicSmemBytes = k1_smem;
     LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&k1, mla_decode_stage_a<T, kM>, k));
     if (k.whole_rows) {
-      LaunchAttributes attributes(
-          programmatic_launch_allowed<mla_decode_stage_a_row_epilogue<T>>(facts->major), nullptr);
-      cudaLaunchConfig_t rows = attributes.on(config);
-      rows.gridDim = dim3(1, k.tokens);
-      LATENTKV_CUDA_RETURN(cudaLaunchKernelEx(&rows, mla_decode_stage_a_row_epilogue<T>, k));
+      LATENTKV_CUDA_RETURN(launch_after_previous<mla_decode_stage_a_row_epilogue<T>>(
+          dim3(1, k.tokens), kThreads, 0, stream, facts->major, k));
     } else if (!k.fold) {
       // Programmatic on sm_90 code, and with cluster_norm one cluster of the token's slices.
       cudaLaunchAttribute cluster{};
@@ -1569,11 +1567,9 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
       cluster.val.clusterDim.x = static_cast<unsigned>(k.slices);
       cluster.val.clusterDim.y = 1;
       cluster.val.clusterDim.z = 1;
-      LaunchAttributes attributes(epilogue_sm90, k.cluster_norm ? &cluster : nullptr);
-      cudaLaunchConfig_t epilogue = attributes.on(config);
-      epilogue.gridDim = dim3(k.slices, std::max(k.tokens, kMlaDecodeEpilogueMinTokenRows));
-      const cudaError_t launched =
-          cudaLaunchKernelEx(&epilogue, mla_decode_stage_a_epilogue<T, RopeT>, k);
+      const cudaError_t launched = launch_after_previous<mla_decode_stage_a_epilogue<T, RopeT>>(
+          dim3(k.slices, std::max(k.tokens, kMlaDecodeEpilogueMinTokenRows)), kThreads, 0, stream,
+          facts->major, k, k.cluster_norm ? &cluster : nullptr);
       LATENTKV_RETURN_IF_ERROR(
           cuda_status(launched, "cudaLaunchKernelEx(mla_decode_stage_a_epilogue)"));
     }

@@ -5,7 +5,8 @@
 # its wait, E = D with K1 programmatic up to 64 tokens), every GPU test on E (its kernels are D's
 # and C's; it also takes the programmatic K1 at T = 17..64) with memcheck and racecheck on the
 # cases each patch touches, then latentkv-bench --sweep-mla-path on E's build. Table last.
-#   run: bash dev/session46_call.sh      (on an H200 add: MLA=1 for bench_mla.py, ~+250 s)
+#   run: bash dev/session46_call.sh      (then, with the winners committed, dev/readout_call.sh on an
+#   H200 for the README: every GPU test, the sweep and bench_mla.py against transformers)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"; export OUT
@@ -15,6 +16,5 @@ SANITIZE_E='MlaDecode/*dec_tiles_T64*bfloat16*:MlaDecode/*dec_one_token*bfloat16
 CASES='--preset deepseek-v2-lite-mla --tokens 1,16,49,64;--preset kimi-k2-mla --q-rank 0 --tokens 1;--preset deepseek-v3-mla --q-rank 0 --tokens 1;--preset deepseek-v2-lite-mla --stage first --tokens 1,16,64' \
   timeout 330 bash dev/variants_ab.sh > "$OUT/ab.txt" 2>&1
 timeout 60 /tmp/variants/E/bg/bench/latentkv-bench --sweep-mla-path --quiet > "$OUT/sweep_E.txt" 2>&1
-[ -n "${MLA:-}" ] && MLA_S=150 timeout 260 bash dev/bench_mla_call.sh
 tail -19 "$OUT/sweep_E.txt"
 tail -16 "$OUT/ab.txt"

@@ -1550,8 +1550,8 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
         mla_decode_stage_a_programmatic(p.tokens(), int64_t{k.a_rows} * p.model_dim * eb) &&
         programmatic_launch_allowed<mla_decode_stage_a<T, kM>>(facts->major);
     const size_t k1_smem = sizeof(T) * k.window * smem_ld(k.chunk);
-    cudaLaunchAttribute carveout{};
-    if (overlap) carveout = stage_a_carveout(p, k.window, k1_smem, ring, facts);
+    const cudaLaunchAttribute carveout =
+        overlap ? stage_a_carveout(p, k.window, k1_smem, ring, facts) : cudaLaunchAttribute{};
     LaunchAttributes k1_attributes(k1_programmatic, overlap ? &carveout : nullptr);
     cudaLaunchConfig_t k1 = k1_attributes.on(config);
     k1.gridDim = dim3(plan.row_groups, plan.chunks, windows);

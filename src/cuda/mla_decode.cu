@@ -160,6 +160,7 @@ struct DecodeParams {
   int q_rows, a_rows;    // Rq run (0 without q_a), Rq run + R + dr
   int rows_ld;           // a_rows rounded up to whole tiles
   int chunk, chunks;     // K1's D chunk and their count
+  bool prefetch_weights_l2;  // K1 asks L2 for its weight rows before its wait (a programmatic launch)
   int q_slices, c_slices, slices;  // K2's slices: q_a, c, then one for k_pe
   int kv_rank, rope_dim, heads, nope_dim, v_dim, b_rows;  // R, dr, H, dn, dv, H * (dn + dv)
 
@@ -261,18 +262,18 @@ struct Acc {
 };
 
 // The MMAs of one step against A [T, ...] in shared memory (row stride ld, column 0 = k_base):
-// A rows past T and columns past `end` are zeros, not read. At one token tile, no branch at
-// `end`: K-blocks past it multiply zeros (w is zero there too), so the fragment loads of every
-// K-block may issue ahead of the MMAs before them (more tiles keep the branch: their registers
-// would spill).
-template <typename T, int kLoads, int kM, int kC>
+// A rows past T and columns past `end` are zeros, not read. Up to kMaxTilesNoBreak token tiles,
+// no branch at `end`: K-blocks past it multiply zeros (w is zero there too), so the fragment
+// loads of every K-block may issue ahead of the MMAs before them. Past it the branch stays: the
+// registers of the loads issued ahead would spill (stage A at two tiles, either stage at four).
+template <typename T, int kLoads, int kM, int kMaxTilesNoBreak, int kC>
 __device__ __forceinline__ void mma_step(Acc<kM, kC>& acc, const T* a, int ld, int tokens, int k0,
                                          int k_base, int end, int g, int q,
                                          const uint4 (&w)[kLoads]) {
   const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int j = 0; j < kLoads; ++j) {
-    if constexpr (kM > 1) {
+    if constexpr (kM > kMaxTilesNoBreak) {
       if (k0 + j * kKBlock >= end) break;  // warp-uniform
     }
     const int k = k0 + j * kKBlock + 8 * q;
@@ -302,14 +303,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     mla_decode_stage_a(const __grid_constant__ DecodeParams p) {
   extern __shared__ uint4 smem_a[];
   T* x = reinterpret_cast<T*>(smem_a);  // [window, ld]: hidden[window, k_begin .. k_end)
-  start_after_previous_kernel();  // returns at once behind a plain launch
-  const TokenWindow win = token_window(p, p.window, blockIdx.z);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, q = lane % 4;
   const int tile = blockIdx.x * kWarps + warp;
   const T* row = stage_a_row<T>(p, tile * kTileRows + g);
   const int k_begin = blockIdx.y * p.chunk;
   const int k_end = min(k_begin + p.chunk, p.model_dim);
+  if (p.prefetch_weights_l2 && row != nullptr && blockIdx.z == 0) {
+    // The block's weight rows into L2 while the kernel before runs (the lanes of a row take
+    // every fourth 128-byte line of its chunk); the loads after the wait then come from L2.
+    constexpr int kLine = 128 / sizeof(T);
+    for (int k = k_begin + q * kLine; k < k_end; k += 4 * kLine) prefetch_l2(row + k);
+  }
+  start_after_previous_kernel();  // returns at once behind a plain launch
+  const TokenWindow win = token_window(p, p.window, blockIdx.z);
   const int ld = smem_ld(p.chunk);
 
   uint4 wa[kStageALoads<kM>], wb[kStageALoads<kM>];
@@ -337,12 +344,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   for (int k0 = k_begin; k0 < k_end; k0 += 2 * kStageAStep<kM>) {
     const int k1 = k0 + kStageAStep<kM>;
     if (k1 < k_end) load_row_step<T, kStageALoads<kM>>(row, k1, k_end, q, wb);
-    mma_step<T, kStageALoads<kM>, kM>(acc, x, ld, win.count, k0, k_begin, k_end, g, q, wa);
+    mma_step<T, kStageALoads<kM>, kM, 1>(acc, x, ld, win.count, k0, k_begin, k_end, g, q, wa);
     if (k1 >= k_end) break;
     if (k1 + kStageAStep<kM> < k_end) {
       load_row_step<T, kStageALoads<kM>>(row, k1 + kStageAStep<kM>, k_end, q, wa);
     }
-    mma_step<T, kStageALoads<kM>, kM>(acc, x, ld, win.count, k1, k_begin, k_end, g, q, wb);
+    mma_step<T, kStageALoads<kM>, kM, 1>(acc, x, ld, win.count, k1, k_begin, k_end, g, q, wb);
   }
 
   if (tile * kTileRows >= p.rows_ld) return;
@@ -957,12 +964,22 @@ struct OutColumn {
   bool to_k, valid;
 };
 
-__device__ __forceinline__ OutColumn out_column(const DecodeParams& p, int n) {
-  const int width = p.nope_dim + p.v_dim;
-  const int h = n / width, j = n - h * width;
+// kv_b row n as head h's column j (j < dn: K's k_nope, else V).
+__device__ __forceinline__ OutColumn out_column_at(const DecodeParams& p, int n, int h, int j) {
   if (n >= p.b_rows) return {0, false, false};
   if (j < p.nope_dim) return {h * p.k.stride_head + j, true, true};
   return {h * p.v_stride_head + (j - p.nope_dim), false, true};
+}
+
+// The columns of kv_b rows n and n + 1 with one integer division: row n + 1 is the next column
+// of n's head, or the next head's first.
+__device__ __forceinline__ void out_column_pair(const DecodeParams& p, int n, OutColumn& c0,
+                                                OutColumn& c1) {
+  const int width = p.nope_dim + p.v_dim;
+  const int h = n / width, j = n - h * width;
+  const bool wraps = j + 1 == width;
+  c0 = out_column_at(p, n, h, j);
+  c1 = out_column_at(p, n + 1, wraps ? h + 1 : h, wraps ? 0 : j + 1);
 }
 
 // One output of stage B: token t at column c, rounded once.
@@ -1039,7 +1056,8 @@ __device__ __forceinline__ void stage_b_ring(const DecodeParams& p, const OutRow
     }
     if (next_k0 == 0) {  // the tile's last step: its outputs (token g: 0, 1; g + 8: 2, 3)
       const int n = tile * kTileRows + 2 * q;
-      const OutColumn c0 = out_column(p, n), c1 = out_column(p, n + 1);
+      OutColumn c0, c1;
+      out_column_pair(p, n, c0, c1);
       store_kv_pair<T>(p, rows, g, c0, c1, acc.value(0, 0), acc.value(0, 1));
       store_kv_pair<T>(p, rows, g + 8, c0, c1, acc.value(0, 2), acc.value(0, 3));
     }
@@ -1131,11 +1149,12 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
         if (tile != first || k0 != 0) {
           load_row_step<T, kStageBLoads<kM, kRing>>(row, k0, p.kv_rank, q, w);
         }
-        mma_step<T, kStageBLoads<kM, kRing>, kM>(acc, a, ld, win.count, k0, 0, p.kv_rank, g, q,
-                                                 w);
+        mma_step<T, kStageBLoads<kM, kRing>, kM, 2>(acc, a, ld, win.count, k0, 0, p.kv_rank, g,
+                                                    q, w);
       }
       const int n = tile * kTileRows + 2 * q;
-      const OutColumn c0 = out_column(p, n), c1 = out_column(p, n + 1);
+      OutColumn c0, c1;
+      out_column_pair(p, n, c0, c1);
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
         const int t0 = m * kMTile + g, t1 = t0 + 8;
@@ -1552,6 +1571,8 @@ Status launch(const MlaProblem& p, const MlaArgs& a, Stream stream, bool allow_f
     const size_t k1_smem = sizeof(T) * k.window * smem_ld(k.chunk);
     const cudaLaunchAttribute carveout =
         overlap ? stage_a_carveout(p, k.window, k1_smem, ring, facts) : cudaLaunchAttribute{};
+    k.prefetch_weights_l2 =
+        k1_programmatic && mla_decode_stage_a_prefetch_l2(p.tokens(), runs_second(p));
     LaunchAttributes k1_attributes(k1_programmatic, overlap ? &carveout : nullptr);
     cudaLaunchConfig_t k1 = k1_attributes.on(config);
     k1.gridDim = dim3(plan.row_groups, plan.chunks, windows);

@@ -236,6 +236,13 @@ __device__ __forceinline__ void wait_for_previous_stage() {
   cudaGridDependencySynchronize();
 #endif
 }
+// Asks L2 for the 128-byte line holding `address` and returns at once; nothing reaches the SM.
+// Allowed before wait_for_previous_stage(): L2 is where every SM's writes meet, so a load after
+// the wait still sees what the kernel before wrote after this prefetch.
+__device__ __forceinline__ void prefetch_l2(const void* address) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(address));
+}
+
 // The first lines of a kernel launched by launch_after_previous: every global memory access waits
 // until the previous kernel has finished, then the stream's next kernel may launch. Wait first:
 // a dependent's work before its own wait (K2's gamma, slot, position and cos/sin, K3's kv_b, a

@@ -259,15 +259,19 @@ TEST(LauncherVariants, WhereTheyWereMeasured) {
   EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(5, false, true, v3_kv));
   EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(1, false, false, v3_kv));
   EXPECT_FALSE(detail::mla_decode_fused_stage_a_preferred(1, false, true, v2_lite_kv));
-  // K1 as a programmatic dependent of the kernel before the call: V2-Lite's 2.4 MB to 16 tokens;
-  // not past them (T=64 measured slower), not V3's 8.3 MB (T=16 slower).
+  // K1 as a programmatic dependent of the kernel before the call: V2-Lite's 2.4 MB to 64 tokens
+  // (with its L2 prefetch); not V3's 8.3 MB (T=16 slower).
   EXPECT_TRUE(detail::mla_decode_stage_a_programmatic(1, v2_lite_kv));
-  EXPECT_TRUE(detail::mla_decode_stage_a_programmatic(16, v2_lite_kv));
-  EXPECT_FALSE(detail::mla_decode_stage_a_programmatic(17, v2_lite_kv));
+  EXPECT_TRUE(detail::mla_decode_stage_a_programmatic(64, v2_lite_kv));
+  EXPECT_FALSE(detail::mla_decode_stage_a_programmatic(65, v2_lite_kv));
   EXPECT_FALSE(detail::mla_decode_stage_a_programmatic(1, v3_kv));
   EXPECT_TRUE(detail::mla_decode_stage_a_programmatic(1, detail::kMlaDecodeFirstWideWeightBytes));
   EXPECT_FALSE(
       detail::mla_decode_stage_a_programmatic(1, detail::kMlaDecodeFirstWideWeightBytes + 1));
+  // Its L2 prefetch before the wait: with stage B after it, or past one token tile (16 tokens).
+  EXPECT_TRUE(detail::mla_decode_stage_a_prefetch_l2(1, true));
+  EXPECT_FALSE(detail::mla_decode_stage_a_prefetch_l2(16, false));
+  EXPECT_TRUE(detail::mla_decode_stage_a_prefetch_l2(17, false));
   // cuda-fused's register-tile configuration at the founding widths (2N = 256) on 132 SMs, at the
   // points measured on 2026-12-04: 32 columns a block for T in 3..16, 256 for 17..64 and
   // 265..528, the one-token configuration below and the streaming configuration between.

@@ -1116,19 +1116,23 @@ TEST(MlaGpu, ACallReadsTheCacheRowsOfTheCallBefore) {
 
 // A first-stage call whose inputs are written by late_copy (late_writer.h): it lets a programmatic
 // dependent launch at once and writes them ~50 us later, so any kernel of the call that reads one
-// before the kernel before the call has finished reads the poison (hidden: NaN; positions: -1,
-// outside the table, so NaN k_pe). On these small weights K1 is a programmatic dependent of
-// late_copy (mla_decode_stage_a_programmatic) and must wait for it before any read; K2 (and K3's
-// fold) read gamma, the slot, the position and its cos/sin before their waits.
+// before the kernel before the call has finished reads the poison (hidden, kv_a's weight: NaN;
+// positions: -1, outside the table, so NaN k_pe). On these small weights K1 is a programmatic
+// dependent of late_copy (mla_decode_stage_a_programmatic) and must wait for it before any read
+// (at 64 tokens its L2 prefetch of the weight before the wait, mla_decode_stage_a_prefetch_l2,
+// brings nothing into the SM); K2 (and K3's fold) read gamma, the slot, the position and its
+// cos/sin before their waits.
 TEST(MlaGpu, NoKernelOfACallReadsBeforeTheKernelBeforeItEnds) {
   SKIP_WITHOUT_CUDA_MLA();
   if (!late_writer_available()) GTEST_SKIP() << "no programmatic launch below sm_90";
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  for (int64_t tokens : {1, 4, 16}) {
-    for (bool late_positions : {false, true}) {
+  for (int64_t tokens : {1, 4, 16, 64}) {
+    for (const char* late_input : {"hidden", "positions", "kv_a_weight"}) {
       const MlaProblem p = small_first_stage(tokens);
-      SCOPED_TRACE(p.to_string() + (late_positions ? " (positions late)" : " (hidden late)"));
+      SCOPED_TRACE(p.to_string() + " (" + late_input + " late)");
+      const bool late_positions = std::string(late_input) == "positions";
+      const bool late_weight = std::string(late_input) == "kv_a_weight";
       const MlaInputs in = random_mla_inputs(p, kSeed + static_cast<uint64_t>(tokens));
       const Options o = decode_options(stream);
       DeviceArena arena;
@@ -1148,7 +1152,11 @@ TEST(MlaGpu, NoKernelOfACallReadsBeforeTheKernelBeforeItEnds) {
       void* positions = arena.upload(in.positions.data(), positions_bytes);
       void* positions_source = arena.upload(in.positions.data(), positions_bytes);
       a.hidden = hidden;
-      a.kv_a_weight = upload(in.kv_a_weight, p.dtype);
+      void* weight = upload(in.kv_a_weight, p.dtype);
+      void* weight_source = upload(in.kv_a_weight, p.dtype);
+      const size_t weight_bytes =
+          in.kv_a_weight.size() * static_cast<size_t>(element_size(p.dtype));
+      a.kv_a_weight = weight;
       a.kv_a_norm_weight = upload(in.kv_a_norm_weight, p.dtype);
       a.positions = static_cast<const int64_t*>(positions);
       a.max_position = in.max_position;
@@ -1158,9 +1166,11 @@ TEST(MlaGpu, NoKernelOfACallReadsBeforeTheKernelBeforeItEnds) {
       a.workspace = arena.upload(ws_bytes.data(), ws_bytes.size());
       a.workspace_bytes = ws;
       ASSERT_FALSE(HasFailure()) << "setting up";
-      void* late = late_positions ? positions : hidden;
-      const void* source = late_positions ? positions_source : hidden_source;
-      const size_t late_bytes = late_positions ? positions_bytes : hidden_bytes;
+      void* late = late_positions ? positions : late_weight ? weight : hidden;
+      const void* source =
+          late_positions ? positions_source : late_weight ? weight_source : hidden_source;
+      const size_t late_bytes =
+          late_positions ? positions_bytes : late_weight ? weight_bytes : hidden_bytes;
       const auto enqueue = [&]() -> Status {
         if (cudaMemsetAsync(cache, 0xFF, cache_bytes, stream) != cudaSuccess ||
             cudaMemsetAsync(late, 0xFF, late_bytes, stream) != cudaSuccess) {

@@ -103,20 +103,15 @@ inline int mla_decode_window_tiles(int64_t tokens) {
 // cuda-mla-decode's K1 as a programmatic dependent of the kernel before the call (its blocks
 // resident and through their launch while that kernel ends; every memory access still after it)
 // up to four token tiles (T <= 4 * kMlaDecodeMaxTokens, 64 tokens) on stage-A weights of at
-// most kMlaDecodeFirstWideWeightBytes. With the L2 prefetch below it measured faster to 64 tokens
-// (H100, 2026-12-07: V2-Lite whole T=49 / 64 11.47 / 12.02 -> 10.96 / 11.12 us, first stage T=64
-// 6.21 -> 5.70); without it, past 16 tokens and on V3's 8.3 MB it was slower (docs/experiments.md,
-// session 32).
+// most kMlaDecodeFirstWideWeightBytes: faster there with the L2 prefetch below, slower past 16
+// tokens without it and on V3's 8.3 MB (docs/perf.md, "Thresholds the heuristics use").
 inline bool mla_decode_stage_a_programmatic(int64_t tokens, int64_t stage_a_weight_bytes) {
   return tokens <= 4 * kMlaDecodeMaxTokens &&
          stage_a_weight_bytes <= kMlaDecodeFirstWideWeightBytes;
 }
 // A programmatic K1 asks L2 for its weight rows before its wait where stage B follows in the same
-// call or past one token tile, where it measured faster (V2-Lite whole T=1 6.69 -> 6.61 us; with
-// it the programmatic K1 to 64 tokens above won). A first stage alone at one
-// tile lost with it (V2-Lite first T=1 / 16 4.12 / 4.24 -> 4.21 / 4.46, H100, 2026-12-07; a
-// reading, not profiled: its wait, behind the previous call's short fold, hides less than the
-// prefetches' issue costs).
+// call or past one token tile, where it measured faster; a first stage alone at one tile measured
+// slower with it (docs/perf.md, "Thresholds the heuristics use").
 inline bool mla_decode_stage_a_prefetch_l2(int64_t tokens, bool stage_b_follows) {
   return stage_b_follows || tokens > kMlaDecodeMaxTokens;
 }

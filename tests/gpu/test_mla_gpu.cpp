@@ -19,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <ostream>
 #include <random>
@@ -1131,8 +1132,6 @@ TEST(MlaGpu, NoKernelOfACallReadsBeforeTheKernelBeforeItEnds) {
     for (const char* late_input : {"hidden", "positions", "kv_a_weight"}) {
       const MlaProblem p = small_first_stage(tokens);
       SCOPED_TRACE(p.to_string() + " (" + late_input + " late)");
-      const bool late_positions = std::string(late_input) == "positions";
-      const bool late_weight = std::string(late_input) == "kv_a_weight";
       const MlaInputs in = random_mla_inputs(p, kSeed + static_cast<uint64_t>(tokens));
       const Options o = decode_options(stream);
       DeviceArena arena;
@@ -1166,17 +1165,22 @@ TEST(MlaGpu, NoKernelOfACallReadsBeforeTheKernelBeforeItEnds) {
       a.workspace = arena.upload(ws_bytes.data(), ws_bytes.size());
       a.workspace_bytes = ws;
       ASSERT_FALSE(HasFailure()) << "setting up";
-      void* late = late_positions ? positions : late_weight ? weight : hidden;
-      const void* source =
-          late_positions ? positions_source : late_weight ? weight_source : hidden_source;
-      const size_t late_bytes =
-          late_positions ? positions_bytes : late_weight ? weight_bytes : hidden_bytes;
+      struct LateBuffer {
+        void* target;        // what the call reads, poisoned until late_copy writes it
+        const void* source;  // its values
+        size_t bytes;
+      };
+      const std::map<std::string, LateBuffer> late_buffers = {
+          {"hidden", {hidden, hidden_source, hidden_bytes}},
+          {"positions", {positions, positions_source, positions_bytes}},
+          {"kv_a_weight", {weight, weight_source, weight_bytes}}};
+      const LateBuffer& late = late_buffers.at(late_input);
       const auto enqueue = [&]() -> Status {
         if (cudaMemsetAsync(cache, 0xFF, cache_bytes, stream) != cudaSuccess ||
-            cudaMemsetAsync(late, 0xFF, late_bytes, stream) != cudaSuccess) {
+            cudaMemsetAsync(late.target, 0xFF, late.bytes, stream) != cudaSuccess) {
           return {StatusCode::kCudaError, "cudaMemsetAsync (the poison)"};
         }
-        if (late_copy(source, late, late_bytes, 50000, stream) != cudaSuccess) {
+        if (late_copy(late.source, late.target, late.bytes, 50000, stream) != cudaSuccess) {
           return {StatusCode::kCudaError, "late_copy"};
         }
         return run(p, a, o);

@@ -2,8 +2,8 @@
 bench_torch.py on the founding case and bench_mla.py on V2-Lite at T=1 (transformers' code
 eager and under torch.compile, and latentkv), each writing its JSON. A benchmark that broke (an
 API it uses gone, a field renamed) fails here rather than on the GPU machine, where device time is
-scarce. Their timings on the CPU are not checked; their correctness checks are. Skipped without
-torch or transformers."""
+scarce. Their timings on the CPU are not checked; their correctness checks are, and so is
+bench_mla.py's verdict on made-up rows. Skipped without torch or transformers."""
 
 import json
 import subprocess
@@ -46,3 +46,20 @@ def test_bench_mla_runs_on_the_cpu(tmp_path):
     for variant in ("hf eager", "hf compile", "latentkv"):
         assert row[variant]["wall_us"] > 0
         assert row[variant]["gpu_us"] is None  # no GPU fields on the CPU
+
+
+def test_bench_mla_verdict_names_what_failed():
+    sys.path.insert(0, str(BENCH))
+    from bench_mla import verdict
+
+    def row(ours, compiled, target, error=None):
+        return {"compile_error": error, "latentkv": {"gpu_us": ours},
+                "hf compile": {"gpu_us": compiled}, "target_us": target}
+
+    assert verdict(row(5.0, 10.0, 6)) == "pass"
+    assert verdict(row(5.0, 10.0, None)) == "pass"
+    assert verdict(row(7.0, 10.0, 6)) == "over target"
+    assert verdict(row(10.0, 10.0, 20)) == "FAIL: slower than compile"
+    assert verdict(row(11.0, 10.0, 6)) == "FAIL: slower than compile"
+    assert verdict(row(5.0, 10.0, 6, error="recompiled")) == "FAIL (recompiles)"
+    assert verdict(row(None, None, 6)) == "-"  # the CPU run: no GPU times

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 47's second profile: the stage-A epilogue's SASS with ncu's per-instruction counts and
-# stall samples (source page, V2-Lite and V3 kv T=1024), then every kernel of one cuda-mla-gemm
-# call at V3 T=1024 (the bench's empty-kernel probe excluded). Builds latentkv-bench only.
+# stall samples (dev/source_profile.sh: the source page's CSV in $OUT, its stalls a phase printed;
+# V2-Lite and V3 kv T=1024), then every kernel of one cuda-mla-gemm call at V3 T=1024 (the bench's
+# empty-kernel probe excluded). Builds latentkv-bench only.
 #   run: bash dev/session47_profile2.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,10 +16,9 @@ echo "built at $((SECONDS - start)) s"
 B=build-gpu/bench/latentkv-bench
 for c in "v2:--preset deepseek-v2-lite-mla" "v3:--preset deepseek-v3-mla --q-rank 0"; do
   name=${c%%:*}; args=${c#*:}
-  timeout 90 ncu --clock-control none -k regex:mla_stage_a_epilogue -c 1 --section SourceCounters \
-    --section WarpStateStats --page source --print-source sass --csv \
-    $B $args --tokens 1024 --iters 1 --warmup 0 --seconds 0.01 --no-rotate > "$OUT/sass_$name.csv" 2>&1
-  echo "sass_$name: $(wc -l < "$OUT/sass_$name.csv") lines"
+  echo "== epilogue $name T=1024"
+  timeout 120 bash dev/source_profile.sh "epilogue_$name" "$B" "$args --tokens 1024 --no-rotate" \
+    mla_stage_a_epilogue 2>&1 | tail -40
 done
 timeout 90 ncu --clock-control none -k 'regex:^(?!.*empty_kernel)' -c 14 \
   --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \

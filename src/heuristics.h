@@ -102,11 +102,11 @@ inline int mla_decode_window_tiles(int64_t tokens) {
 }
 // cuda-mla-decode's K1 as a programmatic dependent of the kernel before the call (its blocks
 // resident and through their launch while that kernel ends; every memory access still after it)
-// up to four token tiles (T <= 4 * kMlaDecodeMaxTokens, 64 tokens) on stage-A weights of at
+// as far as cuda-mla-decode runs (kMlaDecodeWindowsMaxTokens, 64 tokens) on stage-A weights of at
 // most kMlaDecodeFirstWideWeightBytes: faster there with the L2 prefetch below, slower past 16
 // tokens without it and on V3's 8.3 MB (docs/perf.md, "Thresholds the heuristics use").
 inline bool mla_decode_stage_a_programmatic(int64_t tokens, int64_t stage_a_weight_bytes) {
-  return tokens <= 4 * kMlaDecodeMaxTokens &&
+  return tokens <= kMlaDecodeWindowsMaxTokens &&
          stage_a_weight_bytes <= kMlaDecodeFirstWideWeightBytes;
 }
 // A programmatic K1 asks L2 for its weight rows before its wait where stage B follows in the same

@@ -111,6 +111,10 @@ template <int kM, bool kRing>
 constexpr int kStageBLoads = kRing ? 4 : kM == 4 ? 8 : 16;
 template <int kM, bool kRing>
 constexpr int kStageBStep = kStageBLoads<kM, kRing> * kKBlock;
+// Token tiles up to which each stage's mma_step runs without its branch at `end` (past them the
+// registers of the fragment loads issued ahead spill: stage A's at two tiles, either at four).
+constexpr int kStageANoBreakTiles = 1;
+constexpr int kStageBNoBreakTiles = 2;
 constexpr int kMaxRank = 1024;     // c [16, R + pad] in shared memory beside k_pe (< 48 KB)
 constexpr int kSlice = kThreads;   // K2: one row per thread
 constexpr int kMaxClusterSlices = 16;  // K2's slices per token as one cluster (non-portable: sm_90)
@@ -160,7 +164,7 @@ struct DecodeParams {
   int q_rows, a_rows;    // Rq run (0 without q_a), Rq run + R + dr
   int rows_ld;           // a_rows rounded up to whole tiles
   int chunk, chunks;     // K1's D chunk and their count
-  bool prefetch_weights_l2;  // K1 asks L2 for its weight rows before its wait (a programmatic launch)
+  bool prefetch_weights_l2;  // K1 asks L2 for its weight rows before its wait (programmatic)
   int q_slices, c_slices, slices;  // K2's slices: q_a, c, then one for k_pe
   int kv_rank, rope_dim, heads, nope_dim, v_dim, b_rows;  // R, dr, H, dn, dv, H * (dn + dv)
 
@@ -262,10 +266,10 @@ struct Acc {
 };
 
 // The MMAs of one step against A [T, ...] in shared memory (row stride ld, column 0 = k_base):
-// A rows past T and columns past `end` are zeros, not read. Up to kMaxTilesNoBreak token tiles,
-// no branch at `end`: K-blocks past it multiply zeros (w is zero there too), so the fragment
-// loads of every K-block may issue ahead of the MMAs before them. Past it the branch stays: the
-// registers of the loads issued ahead would spill (stage A at two tiles, either stage at four).
+// A rows past T and columns past `end` are zeros, not read. Up to kMaxTilesNoBreak token tiles
+// (kStageANoBreakTiles, kStageBNoBreakTiles), no branch at `end`: K-blocks past it multiply zeros
+// (w is zero there too), so the fragment loads of every K-block may issue ahead of the MMAs
+// before them.
 template <typename T, int kLoads, int kM, int kMaxTilesNoBreak, int kC>
 __device__ __forceinline__ void mma_step(Acc<kM, kC>& acc, const T* a, int ld, int tokens, int k0,
                                          int k_base, int end, int g, int q,
@@ -344,12 +348,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   for (int k0 = k_begin; k0 < k_end; k0 += 2 * kStageAStep<kM>) {
     const int k1 = k0 + kStageAStep<kM>;
     if (k1 < k_end) load_row_step<T, kStageALoads<kM>>(row, k1, k_end, q, wb);
-    mma_step<T, kStageALoads<kM>, kM, 1>(acc, x, ld, win.count, k0, k_begin, k_end, g, q, wa);
+    mma_step<T, kStageALoads<kM>, kM, kStageANoBreakTiles>(acc, x, ld, win.count, k0, k_begin,
+                                                           k_end, g, q, wa);
     if (k1 >= k_end) break;
     if (k1 + kStageAStep<kM> < k_end) {
       load_row_step<T, kStageALoads<kM>>(row, k1 + kStageAStep<kM>, k_end, q, wa);
     }
-    mma_step<T, kStageALoads<kM>, kM, 1>(acc, x, ld, win.count, k1, k_begin, k_end, g, q, wb);
+    mma_step<T, kStageALoads<kM>, kM, kStageANoBreakTiles>(acc, x, ld, win.count, k1, k_begin,
+                                                           k_end, g, q, wb);
   }
 
   if (tile * kTileRows >= p.rows_ld) return;
@@ -1149,8 +1155,8 @@ __global__ void __launch_bounds__(kThreads, kStageBBlocksPerSm<kRing>)
         if (tile != first || k0 != 0) {
           load_row_step<T, kStageBLoads<kM, kRing>>(row, k0, p.kv_rank, q, w);
         }
-        mma_step<T, kStageBLoads<kM, kRing>, kM, 2>(acc, a, ld, win.count, k0, 0, p.kv_rank, g,
-                                                    q, w);
+        mma_step<T, kStageBLoads<kM, kRing>, kM, kStageBNoBreakTiles>(acc, a, ld, win.count, k0, 0,
+                                                                      p.kv_rank, g, q, w);
       }
       const int n = tile * kTileRows + 2 * q;
       OutColumn c0, c1;

@@ -2,7 +2,10 @@
 # Session 47's second profile: the stage-A epilogue's SASS with ncu's per-instruction counts and
 # stall samples (dev/source_profile.sh: the source page's CSV in $OUT, its stalls a phase printed;
 # V2-Lite and V3 kv T=1024), then every kernel of one cuda-mla-gemm call at V3 T=1024 (the bench's
-# empty-kernel probe excluded). Builds latentkv-bench only.
+# empty-kernel probe excluded). Builds latentkv-bench only. Run on 2026-12-08 (H100): the first
+# part as meant (docs/data/h100_session48_epilogue_source_2026-12-08.txt); the second's -c 14 was
+# used up by the bench's setup (fill kernels and the cuBLAS ceiling GEMMs) before the MLA call, so
+# it needs a larger -c or a kernel filter past the ceilings before it reads that call.
 #   run: bash dev/session47_profile2.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device call for a same-machine A/B of whole trees: builds the working tree (A, with its GPU
 # tests), the tree of AB_TAR (a `git archive` of an earlier commit, as B) and the working tree with
-# each patch of PATCHES applied (C, D, ...), runs the GPU tests (TESTS, a gtest filter) and
-# compute-sanitizer memcheck and racecheck on SANITIZE (a filter; racecheck hazards are counted in
-# our kernels only, cuBLAS's nvjet_* report their own) of A, or of each variant in TEST_VARIANTS
+# each entry of PATCHES applied (C, D, ...; an entry a.patch+b.patch applies b on top of a), runs
+# the GPU tests (TESTS, a gtest filter) and compute-sanitizer memcheck and racecheck on SANITIZE
+# (a filter; racecheck hazards are counted in our kernels only, cuBLAS's nvjet_* report their own)
+# of A, or of each variant in TEST_VARIANTS
 # (letters; TESTS_<letter> and SANITIZE_<letter> override the filters per variant; a letter no
 # variant has, as TEST_VARIANTS=N, builds no tests: timing only), then every
 # bench line of CASES (';' separated latentkv-bench arguments; VARIANTS_<n>=letters limits line n
@@ -68,9 +69,13 @@ git ls-files -co --exclude-standard | while read -r f; do [ -e "$f" ] && echo "$
 variants=(A)
 if [ -n "${AB_TAR:-}" ]; then mkdir -p $W/B && tar -xf "$AB_TAR" -C $W/B && variants+=(B); fi
 n=0
-for patch in ${PATCHES:-}; do
+for stack in ${PATCHES:-}; do  # an entry a+b+c: those patches applied in turn
   v=$(printf "\\x$(printf %x $((67 + n)))"); n=$((n + 1))
-  cp -r $W/A $W/$v && patch -d $W/$v -p1 -s < "$patch" || { echo "patch $patch failed"; exit 1; }
+  cp -r $W/A $W/$v || exit 1
+  IFS=+ read -ra parts <<< "$stack"
+  for patch in "${parts[@]}"; do
+    patch -d $W/$v -p1 -s < "$patch" || { echo "patch $patch failed"; exit 1; }
+  done
   variants+=("$v")
 done
 gen=""; command -v ninja >/dev/null && gen="-G Ninja"
